@@ -1,0 +1,85 @@
+"""Which accelerators each machine type carries, and which ones each strategy accepts.
+
+Data only; the rules that use it are in :mod:`airflow_gpu_sched.rules`. Source: the table
+in ``shared/vertex-api.md`` (A2, A3, A4, G2) plus N1 (the attachable older GPUs) and TPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_gpu_sched.models import AcceleratorType as A
+
+
+@dataclass(frozen=True)
+class MachineGpus:
+    """An accelerator a machine type carries and the counts it may be requested in."""
+
+    accelerator: A
+    counts: tuple[int, ...]
+
+
+def _fixed(accelerator: A, **per_type: int) -> dict[str, MachineGpus]:
+    return {name.replace("_", "-"): MachineGpus(accelerator, (n,)) for name, n in per_type.items()}
+
+
+# Machine types whose GPUs are built in: the accelerator and its count are fixed.
+BUILT_IN_GPUS: dict[str, MachineGpus] = {
+    **_fixed(A.NVIDIA_TESLA_A100, a2_highgpu_1g=1, a2_highgpu_2g=2, a2_highgpu_4g=4,
+             a2_highgpu_8g=8, a2_megagpu_16g=16),
+    **_fixed(A.NVIDIA_A100_80GB, a2_ultragpu_1g=1, a2_ultragpu_2g=2, a2_ultragpu_4g=4,
+             a2_ultragpu_8g=8),
+    **_fixed(A.NVIDIA_H100_80GB, a3_highgpu_1g=1, a3_highgpu_2g=2, a3_highgpu_4g=4,
+             a3_highgpu_8g=8),
+    **_fixed(A.NVIDIA_H100_MEGA_80GB, a3_megagpu_8g=8),
+    **_fixed(A.NVIDIA_H200_141GB, a3_ultragpu_8g=8),
+    **_fixed(A.NVIDIA_B200, a4_highgpu_8g=8),
+    **_fixed(A.NVIDIA_GB200, a4x_highgpu_4g=4),
+    **_fixed(A.NVIDIA_L4, g2_standard_4=1, g2_standard_8=1, g2_standard_12=1, g2_standard_16=1,
+             g2_standard_32=1, g2_standard_24=2, g2_standard_48=4, g2_standard_96=8),
+    **_fixed(A.NVIDIA_RTX_PRO_6000, g4_standard_48=1, g4_standard_96=2, g4_standard_192=4,
+             g4_standard_384=8),
+}
+
+# N1 machines take one of these attachable GPUs, in these counts.
+N1_ATTACHABLE: dict[A, tuple[int, ...]] = {
+    A.NVIDIA_TESLA_T4: (1, 2, 4),
+    A.NVIDIA_TESLA_V100: (1, 2, 4, 8),
+    A.NVIDIA_TESLA_P100: (1, 2, 4),
+    A.NVIDIA_TESLA_P4: (1, 2, 4),
+}
+
+# TPUs run on their own machine types.
+TPU_MACHINES: dict[str, MachineGpus] = {
+    "cloud-tpu": MachineGpus(A.TPU_V2, (8,)),
+    "cloud-tpu-v3": MachineGpus(A.TPU_V3, (8,)),
+    "ct4p-hightpu-4t": MachineGpus(A.TPU_V4_POD, (4,)),
+    "ct5lp-hightpu-1t": MachineGpus(A.TPU_V5_LITEPOD, (1,)),
+    "ct5lp-hightpu-4t": MachineGpus(A.TPU_V5_LITEPOD, (4,)),
+    "ct5lp-hightpu-8t": MachineGpus(A.TPU_V5_LITEPOD, (8,)),
+}
+
+# FLEX_START (Dynamic Workload Scheduler): L4, A100 (40/80 GB), H100 (80 GB/Mega), H200, B200.
+FLEX_START_ACCELERATORS: frozenset[A] = frozenset({
+    A.NVIDIA_L4, A.NVIDIA_TESLA_A100, A.NVIDIA_A100_80GB, A.NVIDIA_H100_80GB,
+    A.NVIDIA_H100_MEGA_80GB, A.NVIDIA_H200_141GB, A.NVIDIA_B200,
+})
+
+# SPOT training runs on the A2 and A3 machine series only.
+SPOT_MACHINE_SERIES: tuple[str, ...] = ("a2", "a3")
+
+BOOT_DISK_TYPES: frozenset[str] = frozenset({"pd-ssd", "pd-standard", "hyperdisk-balanced"})
+
+
+def machine_series(machine_type: str) -> str:
+    return machine_type.split("-", 1)[0].lower()
+
+
+def accelerators_for(machine_type: str) -> dict[A, tuple[int, ...]]:
+    """Accelerators (with allowed counts) a machine type takes; empty for CPU-only types."""
+    fixed = BUILT_IN_GPUS.get(machine_type) or TPU_MACHINES.get(machine_type)
+    if fixed:
+        return {fixed.accelerator: fixed.counts}
+    if machine_series(machine_type) == "n1":
+        return dict(N1_ATTACHABLE)
+    return {}

@@ -1,0 +1,357 @@
+"""Parser and evaluator for the Vertex AI ``customJobs.list`` ``filter=`` syntax.
+
+This is a small subset of AIP-160, enough for the emulator::
+
+    filter     := [expr]                      # empty / blank -> matches everything
+    expr       := and_expr ("OR" and_expr)*
+    and_expr   := unary (["AND"] unary)*      # juxtaposition is an implicit AND
+    unary      := "NOT" unary | "(" expr ")" | comparison
+    comparison := field op value
+    value      := "double quoted"  (\\" and \\\\ escapes) | bare_word
+
+Fields and the operators each one accepts:
+
+    display_name            =  !=  :
+    state                   =  !=            (enum names, e.g. JOB_STATE_RUNNING)
+    create_time update_time =  !=  <  <=  >  >=   (RFC 3339, e.g. "2026-11-30T00:00:00Z")
+    labels.KEY              =  !=  :
+
+``:`` is "has": with a ``*`` in the value it is an fnmatch-style wildcard match
+over the whole value, otherwise a substring test.  ``labels.KEY:*`` means the
+label key exists.  A missing label never equals anything, so ``labels.k!="v"``
+matches records without label ``k``.
+
+Keywords ``AND``, ``OR`` and ``NOT`` are case-sensitive.  **Precedence is
+NOT > AND > OR** (``a OR b AND c`` is ``a OR (b AND c)``).  Note that AIP-160
+proper makes OR bind tighter than AND; we deliberately use the conventional
+reading, which is what most users write and expect.
+
+Usage::
+
+    pred = parse_filter('state=JOB_STATE_RUNNING AND labels.team:*')
+    matching = [r for r in records if pred(r)]
+
+A record is a mapping with ``display_name`` (str), ``state`` (str),
+``create_time`` / ``update_time`` (tz-aware datetime) and ``labels``
+(dict[str, str]).  Syntax errors raise :class:`FilterError`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+__all__ = ["FilterError", "Predicate", "parse_filter"]
+
+
+class FilterError(ValueError):
+    """A filter string could not be parsed; the message names the column."""
+
+
+_STRING_FIELDS = {"display_name": ("=", "!=", ":"), "state": ("=", "!=")}
+_TIME_FIELDS = ("create_time", "update_time")
+_TIME_OPS = ("=", "!=", "<", "<=", ">", ">=")
+_LABEL_OPS = ("=", "!=", ":")
+_SUPPORTED = "create_time, display_name, labels.<key>, state, update_time"
+_KEYWORDS = ("AND", "OR", "NOT")
+_OPERATORS = ("<=", ">=", "!=", "=", "<", ">", ":")  # longest first
+
+_RFC3339 = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+# --------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # "(", ")", "OP", "STR", "WORD", "EOF"
+    text: str  # the value (unescaped for STR)
+    col: int  # 1-based column of the token's first character
+
+    def describe(self) -> str:
+        if self.kind == "EOF":
+            return "end of input"
+        if self.kind == "STR":
+            return f'string "{self.text}"'
+        return f"token '{self.text}'"
+
+
+def _tokenize(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c in "()":
+            toks.append(_Tok(c, c, i + 1))
+            i += 1
+        elif c == '"':
+            start, i, buf = i, i + 1, []
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n:
+                    i += 1
+                buf.append(text[i])
+                i += 1
+            if i >= n:
+                raise FilterError(f"filter: unterminated string starting at column {start + 1}")
+            toks.append(_Tok("STR", "".join(buf), start + 1))
+            i += 1
+        elif op := next((o for o in _OPERATORS if text.startswith(o, i)), None):
+            toks.append(_Tok("OP", op, i + 1))
+            i += len(op)
+        else:
+            # A bare word.  Right after an operator it is a value and may itself
+            # contain operator characters (e.g. a bare timestamp with ':').
+            after_op = bool(toks) and toks[-1].kind == "OP"
+            stop = '()"' if after_op else '()"=!<>:'
+            start = i
+            while i < n and not text[i].isspace() and text[i] not in stop:
+                i += 1
+            if i == start:  # e.g. a lone '!'
+                raise FilterError(f"filter: unexpected character {c!r} at column {i + 1}")
+            toks.append(_Tok("WORD", text[start:i], start + 1))
+    toks.append(_Tok("EOF", "", n + 1))
+    return toks
+
+
+# --------------------------------------------------------------------------
+# Predicates
+# --------------------------------------------------------------------------
+
+
+class Predicate:
+    """A compiled filter; call it with a record to test whether it matches."""
+
+    def __call__(self, record: Mapping[str, Any]) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+
+class _All(Predicate):
+    def __call__(self, record: Mapping[str, Any]) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "ALL"
+
+
+@dataclass(frozen=True)
+class _Not(Predicate):
+    inner: Predicate
+
+    def __call__(self, record: Mapping[str, Any]) -> bool:
+        return not self.inner(record)
+
+
+@dataclass(frozen=True)
+class _And(Predicate):
+    left: Predicate
+    right: Predicate
+
+    def __call__(self, record: Mapping[str, Any]) -> bool:
+        return self.left(record) and self.right(record)
+
+
+@dataclass(frozen=True)
+class _Or(Predicate):
+    left: Predicate
+    right: Predicate
+
+    def __call__(self, record: Mapping[str, Any]) -> bool:
+        return self.left(record) or self.right(record)
+
+
+@dataclass(frozen=True)
+class _Compare(Predicate):
+    field: str
+    op: str
+    value: Any
+    test: Callable[[Mapping[str, Any]], bool]
+
+    def __call__(self, record: Mapping[str, Any]) -> bool:
+        return self.test(record)
+
+    def __repr__(self) -> str:
+        return f"{self.field}{self.op}{self.value!r}"
+
+
+def _has(actual: str, pattern: str) -> bool:
+    """The ':' operator: wildcard match if the pattern has '*', else substring."""
+    if "*" in pattern:
+        return fnmatch.fnmatchcase(actual, pattern)
+    return pattern in actual
+
+
+def _parse_time(value: str) -> datetime | None:
+    m = _RFC3339.match(value)
+    if not m:
+        return None
+    date, clock, frac, tz = m.groups()
+    frac = (frac or "")[:6].ljust(6, "0")  # Python datetimes stop at microseconds
+    tz = "+00:00" if tz in "Zz" else tz
+    try:
+        return datetime.fromisoformat(f"{date}T{clock}.{frac}{tz}")
+    except ValueError:  # e.g. month 13
+        return None
+
+
+def _record_time(record: Mapping[str, Any], field: str) -> datetime | None:
+    value = record.get(field)
+    if isinstance(value, str):
+        return _parse_time(value)
+    return value if isinstance(value, datetime) else None
+
+
+_CMP: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _compile(field: _Tok, op: _Tok, value: _Tok) -> Predicate:
+    name, v = field.text, value.text
+
+    def bad_op(allowed: tuple[str, ...]) -> FilterError:
+        return FilterError(
+            f"filter: operator '{op.text}' at column {op.col} is not supported for "
+            f"field '{name}'; expected one of {' '.join(allowed)}"
+        )
+
+    if name in _STRING_FIELDS:
+        allowed = _STRING_FIELDS[name]
+        if op.text not in allowed:
+            raise bad_op(allowed)
+        get = lambda r: str(r.get(name) or "")  # noqa: E731
+        if op.text == ":":
+            return _Compare(name, ":", v, lambda r: _has(get(r), v))
+        cmp = _CMP[op.text]
+        return _Compare(name, op.text, v, lambda r: cmp(get(r), v))
+
+    if name in _TIME_FIELDS:
+        if op.text not in _TIME_OPS:
+            raise bad_op(_TIME_OPS)
+        when = _parse_time(v)
+        if when is None:
+            raise FilterError(
+                f"filter: invalid timestamp {v!r} at column {value.col}; expected "
+                'RFC 3339 like "2026-11-30T00:00:00Z"'
+            )
+        cmp = _CMP[op.text]
+
+        def test_time(r: Mapping[str, Any]) -> bool:
+            actual = _record_time(r, name)
+            return actual is not None and cmp(actual, when)
+
+        return _Compare(name, op.text, when, test_time)
+
+    if name.startswith("labels.") and len(name) > len("labels."):
+        key = name[len("labels.") :]
+        if op.text not in _LABEL_OPS:
+            raise bad_op(_LABEL_OPS)
+        labels = lambda r: r.get("labels") or {}  # noqa: E731
+        if op.text == ":" and v == "*":
+            return _Compare(name, ":", v, lambda r: key in labels(r))
+        if op.text == ":":
+            return _Compare(name, ":", v, lambda r: key in labels(r) and _has(labels(r)[key], v))
+        if op.text == "=":
+            return _Compare(name, "=", v, lambda r: labels(r).get(key) == v)
+        return _Compare(name, "!=", v, lambda r: labels(r).get(key) != v)
+
+    raise FilterError(
+        f"filter: unknown field '{name}' at column {field.col}; supported fields: {_SUPPORTED}"
+    )
+
+
+# --------------------------------------------------------------------------
+# Recursive-descent parser
+# --------------------------------------------------------------------------
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.toks = _tokenize(text)
+        self.i = 0
+
+    @property
+    def tok(self) -> _Tok:
+        return self.toks[self.i]
+
+    def advance(self) -> _Tok:
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def is_word(self, word: str) -> bool:
+        return self.tok.kind == "WORD" and self.tok.text == word
+
+    @staticmethod
+    def error(tok: _Tok, expected: str) -> FilterError:
+        return FilterError(f"filter: unexpected {tok.describe()} at column {tok.col}; expected {expected}")
+
+    def parse(self) -> Predicate:
+        pred = self.expr()
+        if self.tok.kind != "EOF":
+            raise self.error(self.tok, "AND, OR or end of input")
+        return pred
+
+    def expr(self) -> Predicate:
+        pred = self.and_expr()
+        while self.is_word("OR"):
+            self.advance()
+            pred = _Or(pred, self.and_expr())
+        return pred
+
+    def and_expr(self) -> Predicate:
+        pred = self.unary()
+        while True:
+            if self.is_word("AND"):
+                self.advance()
+            elif not (self.tok.kind == "(" or (self.tok.kind == "WORD" and not self.is_word("OR"))):
+                return pred
+            pred = _And(pred, self.unary())  # explicit or implicit AND
+
+    def unary(self) -> Predicate:
+        if self.is_word("NOT"):
+            self.advance()
+            return _Not(self.unary())
+        if self.tok.kind == "(":
+            self.advance()
+            pred = self.expr()
+            if self.tok.kind != ")":
+                raise self.error(self.tok, "')'")
+            self.advance()
+            return pred
+        return self.comparison()
+
+    def comparison(self) -> Predicate:
+        field = self.tok
+        if field.kind != "WORD" or field.text in _KEYWORDS:
+            raise self.error(field, "a field name, NOT or '('")
+        self.advance()
+        op = self.tok
+        if op.kind != "OP":
+            raise self.error(op, f"an operator (= != < <= > >= :) after '{field.text}'")
+        self.advance()
+        value = self.tok
+        if value.kind not in ("STR", "WORD") or (value.kind == "WORD" and value.text in _KEYWORDS):
+            raise self.error(value, f"a value after '{op.text}'")
+        self.advance()
+        return _compile(field, op, value)
+
+
+def parse_filter(text: str) -> Predicate:
+    """Parse a list filter into a predicate; blank text matches every record."""
+    if not text or not text.strip():
+        return _All()
+    return _Parser(text).parse()

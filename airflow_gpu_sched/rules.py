@@ -1,0 +1,359 @@
+"""The rules a Vertex AI custom job must follow, in one place.
+
+The operators (before any GPU is requested), the clients (before a create is sent) and the
+emulator (when it answers a create with 400) all call these functions, so a bad spec is
+rejected everywhere with the same words. Each :class:`Violation` names the field path from
+the CustomJob root, camelCase as on the wire (``jobSpec.workerPoolSpecs[1].machineSpec.
+acceleratorType``), and says the rule in words a user can act on.
+
+Parsing (:mod:`airflow_gpu_sched.models`) stays lenient on purpose: a response from the
+service must always parse, even when it would fail these rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from airflow_gpu_sched import catalog
+from airflow_gpu_sched.models import (
+    CustomJob,
+    CustomJobSpec,
+    MachineSpec,
+    PersistentResource,
+    Strategy,
+    WorkerPoolSpec,
+)
+
+MAX_DISPLAY_NAME = 128
+MAX_LABEL_LENGTH = 63
+FLEX_START_MAX_TIMEOUT = timedelta(days=7)
+BOOT_DISK_SIZE_GB = (100, 64000)
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]*")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]*")
+PERSISTENT_RESOURCE_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.rule}"
+
+
+class SpecError(ValueError):
+    """A job spec broke one or more rules; ``violations`` lists every one of them."""
+
+    def __init__(self, violations: list[Violation], what: str = "custom job"):
+        self.violations = list(violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(f"invalid {what} ({len(self.violations)} problem(s)):\n{lines}")
+
+
+# --------------------------------------------------------------------------- custom jobs
+
+
+def check_custom_job(job: CustomJob) -> list[Violation]:
+    """Every rule the job breaks (empty when it is valid)."""
+    found: list[Violation] = []
+    name = job.display_name or ""
+    if not 1 <= len(name) <= MAX_DISPLAY_NAME:
+        found.append(Violation("displayName", f"must be 1 to {MAX_DISPLAY_NAME} characters (got {len(name)})"))
+    found += check_labels(job.labels or {}, "labels")
+    found += check_job_spec(job.job_spec, "jobSpec")
+    return found
+
+
+def validate_custom_job(job: CustomJob) -> CustomJob:
+    """Return the job unchanged, or raise :class:`SpecError` listing every violation."""
+    found = check_custom_job(job)
+    if found:
+        raise SpecError(found)
+    return job
+
+
+def check_labels(labels: dict[str, str], path: str = "labels") -> list[Violation]:
+    found = []
+    for key, value in labels.items():
+        if not (len(key) <= MAX_LABEL_LENGTH and _LABEL_KEY.fullmatch(key)):
+            found.append(Violation(
+                f"{path}.{key}",
+                f"label keys are 1-{MAX_LABEL_LENGTH} characters of lowercase letters, digits, '_' "
+                "and '-', starting with a letter",
+            ))
+        if not (len(value) <= MAX_LABEL_LENGTH and _LABEL_VALUE.fullmatch(value)):
+            found.append(Violation(
+                f"{path}.{key}",
+                f"label values are at most {MAX_LABEL_LENGTH} characters of lowercase letters, "
+                f"digits, '_' and '-' (got {value!r})",
+            ))
+    return found
+
+
+def check_job_spec(spec: CustomJobSpec, path: str = "jobSpec") -> list[Violation]:
+    pools_path = f"{path}.workerPoolSpecs"
+    if not spec.worker_pool_specs:
+        return [Violation(pools_path, "at least one worker pool is required")]
+    found: list[Violation] = []
+    if spec.worker_pool_specs[0].is_empty():
+        found.append(Violation(f"{pools_path}[0]", "the first pool (the primary replica) cannot be empty"))
+    for index, pool in spec.active_pools():
+        found += _check_pool(pool, index, f"{pools_path}[{index}]")
+    found += _check_scheduling(spec, path)
+    strategy = spec.strategy
+    if strategy is Strategy.FLEX_START:
+        found += _check_flex_start(spec, path)
+    elif strategy is Strategy.SPOT:
+        found += _check_spot(spec, path)
+    elif not strategy.is_known:
+        found.append(Violation(
+            f"{path}.scheduling.strategy",
+            f"unknown strategy {strategy.value!r}: use STANDARD, SPOT or FLEX_START",
+        ))
+    if spec.persistent_resource_id is not None:
+        found += _check_persistent_resource_reference(spec, path)
+    return found
+
+
+def _check_pool(pool: WorkerPoolSpec, index: int, path: str) -> list[Violation]:
+    found: list[Violation] = []
+    has_container, has_package = pool.container_spec is not None, pool.python_package_spec is not None
+    if has_container == has_package:
+        found.append(Violation(path, "set exactly one of containerSpec or pythonPackageSpec"))
+    if pool.container_spec is not None and not pool.container_spec.image_uri:
+        found.append(Violation(f"{path}.containerSpec.imageUri", "is required: the training container image"))
+    if pool.python_package_spec is not None:
+        package = pool.python_package_spec
+        for attr, wire in (("executor_image_uri", "executorImageUri"), ("python_module", "pythonModule"),
+                           ("package_uris", "packageUris")):
+            if not getattr(package, attr):
+                found.append(Violation(f"{path}.pythonPackageSpec.{wire}", "is required for a Python package task"))
+    if pool.replica_count is not None and pool.replica_count < 1:
+        found.append(Violation(f"{path}.replicaCount", f"must be at least 1 (got {pool.replica_count})"))
+    elif index == 0 and pool.replicas != 1:
+        found.append(Violation(
+            f"{path}.replicaCount",
+            f"the first pool is the primary replica and must have replicaCount 1 (got {pool.replicas}); "
+            "put further workers in workerPoolSpecs[1]",
+        ))
+    found += _check_machine(pool.machine_spec, f"{path}.machineSpec")
+    if pool.disk_spec is not None:
+        disk, disk_path = pool.disk_spec, f"{path}.diskSpec"
+        if disk.boot_disk_type is not None and disk.boot_disk_type not in catalog.BOOT_DISK_TYPES:
+            found.append(Violation(f"{disk_path}.bootDiskType",
+                                   f"must be one of {sorted(catalog.BOOT_DISK_TYPES)} (got {disk.boot_disk_type!r})"))
+        low, high = BOOT_DISK_SIZE_GB
+        if disk.boot_disk_size_gb is not None and not low <= disk.boot_disk_size_gb <= high:
+            found.append(Violation(f"{disk_path}.bootDiskSizeGb",
+                                   f"must be between {low} and {high} GB (got {disk.boot_disk_size_gb})"))
+    return found
+
+
+def _check_machine(machine: MachineSpec | None, path: str) -> list[Violation]:
+    if machine is None or not machine.machine_type:
+        return [Violation(f"{path}.machineType", "is required (for example 'a2-highgpu-1g')")]
+    accelerator, count = machine.accelerator_type, machine.accelerator_count
+    if (accelerator is None) != (count is None):
+        return [Violation(f"{path}.acceleratorType",
+                          "set acceleratorType and acceleratorCount together, or neither")]
+    carried = catalog.accelerators_for(machine.machine_type)
+    if accelerator is None:
+        builtin = catalog.BUILT_IN_GPUS.get(machine.machine_type) or catalog.TPU_MACHINES.get(machine.machine_type)
+        if builtin:
+            return [Violation(f"{path}.acceleratorType",
+                              f"{machine.machine_type!r} carries {builtin.counts[0]} x {builtin.accelerator.value}: "
+                              "set acceleratorType and acceleratorCount to match")]
+        return []
+    if not accelerator.is_known or accelerator.value == "ACCELERATOR_TYPE_UNSPECIFIED":
+        return [Violation(f"{path}.acceleratorType", f"{accelerator.value!r} is not a known accelerator type")]
+    if accelerator not in carried:
+        hint = ", ".join(a.value for a in carried) or "none (a CPU-only machine type)"
+        return [Violation(f"{path}.acceleratorType",
+                          f"accelerator {accelerator.value!r} is not supported for machine type "
+                          f"{machine.machine_type!r} (it takes: {hint})")]
+    if count not in carried[accelerator]:
+        return [Violation(f"{path}.acceleratorCount",
+                          f"{machine.machine_type!r} takes {accelerator.value} in counts of "
+                          f"{list(carried[accelerator])} (got {count})")]
+    return []
+
+
+def _check_scheduling(spec: CustomJobSpec, path: str) -> list[Violation]:
+    scheduling = spec.scheduling
+    if scheduling is None:
+        return []
+    found = []
+    if scheduling.timeout is not None and scheduling.timeout <= timedelta(0):
+        found.append(Violation(f"{path}.scheduling.timeout", "must be greater than 0"))
+    if scheduling.max_wait_duration is not None and scheduling.max_wait_duration < timedelta(0):
+        found.append(Violation(f"{path}.scheduling.maxWaitDuration",
+                               "must be 0 (wait forever) or more"))
+    return found
+
+
+def _check_flex_start(spec: CustomJobSpec, path: str) -> list[Violation]:
+    found = []
+    allowed = ", ".join(sorted(a.value for a in catalog.FLEX_START_ACCELERATORS))
+    for index, pool in spec.active_pools():
+        machine = pool.machine_spec
+        accelerator = machine.accelerator_type if machine else None
+        if accelerator not in catalog.FLEX_START_ACCELERATORS:
+            got = accelerator.value if accelerator else "no GPU"
+            found.append(Violation(
+                f"{path}.workerPoolSpecs[{index}].machineSpec.acceleratorType",
+                f"FLEX_START (Dynamic Workload Scheduler) needs GPUs of type {allowed} (got {got})",
+            ))
+    timeout = spec.scheduling.timeout if spec.scheduling else None
+    if timeout is not None and timeout > FLEX_START_MAX_TIMEOUT:
+        found.append(Violation(f"{path}.scheduling.timeout",
+                               f"FLEX_START jobs may run at most 7 days (got {timeout})"))
+    pools = spec.active_pools()
+    if pools:
+        first_index, first = pools[0]
+        for index, pool in pools[1:]:
+            if _machine_config(pool) != _machine_config(first):
+                found.append(Violation(
+                    f"{path}.workerPoolSpecs[{index}].machineSpec",
+                    f"FLEX_START needs the same machine configuration in every pool: this pool differs "
+                    f"from workerPoolSpecs[{first_index}].machineSpec",
+                ))
+    return found
+
+
+def _machine_config(pool: WorkerPoolSpec) -> tuple:
+    machine = pool.machine_spec or MachineSpec()
+    return machine.machine_type, machine.accelerator_type, machine.accelerator_count
+
+
+def _check_spot(spec: CustomJobSpec, path: str) -> list[Violation]:
+    found = []
+    for index, pool in spec.active_pools():
+        machine = pool.machine_spec or MachineSpec()
+        machine_path = f"{path}.workerPoolSpecs[{index}].machineSpec"
+        if machine.accelerator_type is not None and machine.accelerator_type.is_tpu:
+            found.append(Violation(f"{machine_path}.acceleratorType",
+                                   "SPOT cannot be used with TPUs; use STANDARD for TPU training"))
+        elif machine.machine_type and catalog.machine_series(machine.machine_type) not in catalog.SPOT_MACHINE_SERIES:
+            found.append(Violation(f"{machine_path}.machineType",
+                                   f"SPOT training runs on the A2 and A3 machine series only "
+                                   f"(got {machine.machine_type!r})"))
+    return found
+
+
+def _check_persistent_resource_reference(spec: CustomJobSpec, path: str) -> list[Violation]:
+    found = []
+    if not PERSISTENT_RESOURCE_ID.fullmatch(spec.persistent_resource_id or ""):
+        found.append(Violation(f"{path}.persistentResourceId",
+                               f"{spec.persistent_resource_id!r} is not a persistent resource id: 1-63 "
+                               "lowercase letters, digits and '-', starting with a letter"))
+    if spec.strategy is not Strategy.STANDARD:
+        # Our choice: a persistent resource's VMs already exist, so a capacity strategy has no meaning.
+        found.append(Violation(f"{path}.scheduling.strategy",
+                               f"a job on a persistent resource runs on its VMs; leave strategy unset "
+                               f"or STANDARD (got {spec.strategy.value})"))
+    return found
+
+
+# --------------------------------------------------------------------------- persistent resources
+
+
+@dataclass(frozen=True)
+class PoolShortage:
+    """A worker pool that fits its resource pool, but not in the replicas free right now."""
+
+    path: str
+    resource_pool_id: str
+    wanted: int
+    free: int
+
+
+@dataclass
+class PersistentFit:
+    """How a job spec fits a persistent resource.
+
+    ``mismatches``: the spec can never run there (fix the spec or the resource).
+    ``shortages``: it fits, but the matching pools are busy now (wait for replicas).
+    """
+
+    mismatches: list[Violation] = field(default_factory=list)
+    shortages: list[PoolShortage] = field(default_factory=list)
+    assignment: dict[int, str] = field(default_factory=dict)  # worker pool index -> resource pool id
+
+    @property
+    def fits(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def runs_now(self) -> bool:
+        return not self.mismatches and not self.shortages
+
+
+def _pool_key(machine: MachineSpec | None, disk_type: str | None) -> tuple:
+    machine = machine or MachineSpec()
+    return (machine.machine_type, machine.accelerator_type, machine.accelerator_count or None,
+            disk_type or "pd-ssd")
+
+
+def check_persistent_fit(spec: CustomJobSpec, resource: PersistentResource,
+                         path: str = "jobSpec") -> PersistentFit:
+    """Match every worker pool to a resource pool: machine type, accelerator and disk type
+    exactly; replica count within the pool's size (never fits) and its free replicas (busy)."""
+    fit = PersistentFit()
+    wanted_per_pool: dict[str, int] = {}
+    for index, pool in spec.active_pools():
+        pool_path = f"{path}.workerPoolSpecs[{index}]"
+        key = _pool_key(pool.machine_spec, pool.disk_spec.boot_disk_type if pool.disk_spec else None)
+        match = next((rp for rp in resource.resource_pools
+                      if _pool_key(rp.machine_spec, rp.disk_spec.boot_disk_type if rp.disk_spec else None) == key),
+                     None)
+        if match is None:
+            machine_type, accelerator, count, disk = key
+            offered = "; ".join(
+                f"{rp.id}: {_describe(_pool_key(rp.machine_spec, rp.disk_spec.boot_disk_type if rp.disk_spec else None))}"
+                for rp in resource.resource_pools) or "none"
+            fit.mismatches.append(Violation(
+                f"{pool_path}.machineSpec",
+                f"no resource pool of {resource.name or 'the persistent resource'} matches "
+                f"{_describe(key)} (machine type, accelerator and boot disk type must match exactly; "
+                f"pools: {offered})",
+            ))
+            continue
+        fit.assignment[index] = match.id or ""
+        wanted_per_pool[match.id or ""] = wanted_per_pool.get(match.id or "", 0) + pool.replicas
+        if wanted_per_pool[match.id or ""] > match.capacity:
+            fit.mismatches.append(Violation(
+                f"{pool_path}.replicaCount",
+                f"asks for {wanted_per_pool[match.id or '']} replicas but resource pool {match.id!r} "
+                f"holds at most {match.capacity}",
+            ))
+        elif wanted_per_pool[match.id or ""] > match.free_replicas:
+            fit.shortages.append(PoolShortage(pool_path, match.id or "", wanted_per_pool[match.id or ""],
+                                              match.free_replicas))
+    return fit
+
+
+def _describe(key: tuple) -> str:
+    machine_type, accelerator, count, disk = key
+    gpus = f" with {count} x {accelerator.value}" if accelerator else ""
+    return f"{machine_type}{gpus} on {disk}"
+
+
+def check_persistent_resource(resource: PersistentResource, resource_id: str) -> list[Violation]:
+    """Rules for creating a persistent resource."""
+    found = []
+    if not PERSISTENT_RESOURCE_ID.fullmatch(resource_id or ""):
+        found.append(Violation("persistentResourceId",
+                               f"{resource_id!r} must be 1-63 lowercase letters, digits and '-', "
+                               "starting with a letter and not ending with '-'"))
+    if not resource.resource_pools:
+        found.append(Violation("resourcePools", "at least one resource pool is required"))
+    for index, pool in enumerate(resource.resource_pools):
+        path = f"resourcePools[{index}]"
+        found += _check_machine(pool.machine_spec, f"{path}.machineSpec")
+        if pool.capacity < 1:
+            found.append(Violation(f"{path}.replicaCount", "must be at least 1"))
+    found += check_labels(resource.labels or {}, "labels")
+    return found
