@@ -458,3 +458,13 @@ class ListCustomJobsResponse(VertexModel):
 class ListPersistentResourcesResponse(VertexModel):
     persistent_resources: list[PersistentResource] = Field(default_factory=list)
     next_page_token: str | None = None
+
+
+# rpc status name -> (numeric rpc code, HTTP status), as Google maps them (vertex-api.md).
+RPC_STATUS: dict[str, tuple[int, int]] = {
+    "CANCELLED": (1, 499), "UNKNOWN": (2, 500), "INVALID_ARGUMENT": (3, 400),
+    "DEADLINE_EXCEEDED": (4, 504), "NOT_FOUND": (5, 404), "ALREADY_EXISTS": (6, 409),
+    "PERMISSION_DENIED": (7, 403), "RESOURCE_EXHAUSTED": (8, 429), "FAILED_PRECONDITION": (9, 400),
+    "ABORTED": (10, 409), "OUT_OF_RANGE": (11, 400), "UNIMPLEMENTED": (12, 501), "INTERNAL": (13, 500),
+    "UNAVAILABLE": (14, 503), "DATA_LOSS": (15, 500), "UNAUTHENTICATED": (16, 401),
+}

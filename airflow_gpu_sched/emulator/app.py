@@ -1,0 +1,208 @@
+"""HTTP surface of the emulator: Vertex AI v1 routes plus a control API for tests and demos.
+
+Routes -> :class:`Backend` methods. Google-style paths (``{name}:cancel``) are matched with
+regular expressions rather than FastAPI path templates, which cannot split ``:verb``.
+Every Vertex route counts in ``/emulator/v1/stats`` and is subject to injected faults;
+control routes (``/emulator/v1/...``) are neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any, Awaitable, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from airflow_gpu_sched.emulator.backend import ApiError, Backend
+from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, Scenario
+
+_SEG = r"[^/:]+"
+_PARENT = rf"projects/(?P<project>{_SEG})/locations/(?P<location>{_SEG})"
+
+# (HTTP method, path regex, rpc name). Order matters only where patterns overlap.
+ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    (m, re.compile(rf"^{p}$"), rpc) for m, p, rpc in [
+        ("POST", rf"{_PARENT}/customJobs", "customJobs.create"),
+        ("GET", rf"{_PARENT}/customJobs", "customJobs.list"),
+        ("GET", rf"(?P<name>{_PARENT}/customJobs/{_SEG})", "customJobs.get"),
+        ("POST", rf"(?P<name>{_PARENT}/customJobs/{_SEG}):cancel", "customJobs.cancel"),
+        ("DELETE", rf"(?P<name>{_PARENT}/customJobs/{_SEG})", "customJobs.delete"),
+        ("POST", rf"{_PARENT}/persistentResources", "persistentResources.create"),
+        ("GET", rf"{_PARENT}/persistentResources", "persistentResources.list"),
+        ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.get"),
+        ("DELETE", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.delete"),
+        ("GET", rf"(?P<name>{_PARENT}/operations/{_SEG})", "operations.get"),
+    ]
+]
+
+
+def match_route(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    for route_method, pattern, rpc in ROUTES:
+        if route_method == method:
+            found = pattern.match(path)
+            if found:
+                return rpc, found.groupdict()
+    return None
+
+
+def _json(body: Any, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status_code=status,
+                    media_type="application/json", headers=headers)
+
+
+def _error(exc: ApiError) -> Response:
+    headers = {"Retry-After": str(int(exc.retry_after))} if exc.retry_after else None
+    return _json(exc.body(), exc.http_status, headers)
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise ApiError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError("INVALID_ARGUMENT", "Invalid JSON payload received: expected an object.")
+    return body
+
+
+def _page_size(request: Request) -> int | None:
+    raw = request.query_params.get("pageSize")
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError("INVALID_ARGUMENT", f"pageSize must be an integer (got {raw!r}).") from None
+
+
+async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: Request) -> Any:
+    q = request.query_params
+    if rpc == "customJobs.create":
+        return backend.create_custom_job(args["project"], args["location"], await _body(request))
+    if rpc == "customJobs.list":
+        return backend.list_custom_jobs(args["project"], args["location"], q.get("filter", ""),
+                                        _page_size(request), q.get("pageToken", ""))
+    if rpc == "customJobs.get":
+        return backend.get_custom_job(args["name"])
+    if rpc == "customJobs.cancel":
+        return backend.cancel_custom_job(args["name"])
+    if rpc == "customJobs.delete":
+        return backend.delete_custom_job(args["name"])
+    if rpc == "persistentResources.create":
+        return backend.create_persistent_resource(args["project"], args["location"], await _body(request),
+                                                  q.get("persistentResourceId", ""))
+    if rpc == "persistentResources.list":
+        return backend.list_persistent_resources(args["project"], args["location"], _page_size(request),
+                                                 q.get("pageToken", ""))
+    if rpc == "persistentResources.get":
+        return backend.get_persistent_resource(args["name"])
+    if rpc == "persistentResources.delete":
+        return backend.delete_persistent_resource(args["name"])
+    if rpc == "operations.get":
+        return backend.get_operation(args["name"])
+    raise AssertionError(rpc)
+
+
+def create_app(backend: Backend | None = None) -> FastAPI:
+    backend = backend or Backend()
+    app = FastAPI(title="airflow-gpu-sched Vertex AI emulator", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.backend = backend
+
+    async def vertex(request: Request, path: str) -> Response:
+        found = match_route(request.method, path)
+        if found is None:
+            return _error(ApiError("NOT_FOUND", f"{request.method} /v1/{path} is not a method the emulator serves."))
+        rpc, args = found
+        backend.count(rpc)
+        faults = backend.faults
+        if faults.latency_seconds:
+            await asyncio.sleep(faults.latency_seconds)
+        if faults.error_rate and backend.rng.random() < faults.error_rate:
+            backend.stats["faultsInjected"] += 1
+            status = backend.rng.choice(faults.status_codes)
+            name = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+                    504: "DEADLINE_EXCEEDED"}.get(status, "INTERNAL")
+            error = ApiError(name, f"Injected fault ({status}) for {rpc}.")
+            return _json(error.body(), status)
+        backend.advance()
+        try:
+            return _json(await _dispatch(backend, rpc, args, request))
+        except ApiError as exc:
+            return _error(exc)
+
+    app.add_api_route("/v1/{path:path}", vertex, methods=["GET", "POST", "DELETE", "PATCH"],
+                      include_in_schema=False)
+
+    # ---------------------------------------------------------------- control API
+    def control(method: str, path: str) -> Callable:
+        def register(func: Callable[..., Awaitable[Any]]) -> Callable:
+            async def endpoint(request: Request) -> Response:
+                try:
+                    backend.advance()
+                    return _json(await func(request))
+                except ApiError as exc:
+                    return _error(exc)
+                except ValueError as exc:  # pydantic ValidationError is a ValueError
+                    return _error(ApiError("INVALID_ARGUMENT", str(exc)))
+            app.add_api_route(f"/emulator/v1/{path}", endpoint, methods=[method], include_in_schema=False)
+            return func
+        return register
+
+    @control("POST", "reset")
+    async def reset(request: Request) -> dict:
+        body = await _body(request)
+        backend.reset(Scenario.model_validate(body) if body else None)
+        return {}
+
+    @control("POST", "capacity")
+    async def capacity(request: Request) -> dict:
+        setting = CapacitySetting.model_validate(await _body(request))
+        backend.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
+        return {"capacity": backend.capacity.snapshot()}
+
+    @control("POST", "faults")
+    async def faults(request: Request) -> dict:
+        backend.faults = Faults.model_validate(await _body(request))
+        return backend.faults.model_dump(by_alias=True)
+
+    @control("GET", "stats")
+    async def stats(request: Request) -> dict:
+        return backend.stats_view()
+
+    @control("GET", "clock")
+    async def clock(request: Request) -> dict:
+        return {"now": backend.clock.now().isoformat(), "speed": backend.clock.speed}
+
+    @control("POST", "clock:advance")
+    async def advance_clock(request: Request) -> dict:
+        body = await _body(request)
+        backend.clock.advance(float(body.get("seconds", 0)))
+        backend.advance()
+        return {"now": backend.clock.now().isoformat(), "speed": backend.clock.speed}
+
+    async def by_name(request: Request) -> Response:
+        # POST /emulator/v1/{name}:preempt | :setState ; GET /emulator/v1/{name}:history
+        path = request.path_params["name"]
+        name, _, verb = path.rpartition(":")
+        try:
+            backend.advance()
+            if request.method == "POST" and verb == "preempt":
+                return _json(backend.preempt(name))
+            if request.method == "POST" and verb == "setState":
+                body = await _body(request)
+                return _json(backend.set_resource_state(name, body.get("state", ""), body.get("message")))
+            if request.method == "GET" and verb == "history":
+                return _json(backend.job_history(name))
+            raise ApiError("NOT_FOUND", f"{request.method} /emulator/v1/{path} is not a control method.")
+        except ApiError as exc:
+            return _error(exc)
+
+    app.add_api_route("/emulator/v1/{name:path}", by_name, methods=["GET", "POST"], include_in_schema=False)
+    return app

@@ -1,0 +1,646 @@
+"""The emulator's state: custom jobs, persistent resources, operations, capacity, and time.
+
+A discrete-event simulation on an emulated clock. Every change is an event with the emulated
+time it happens at (admission, provisioning done, run done, preemption, wait expiry, ...);
+``advance()`` applies all events due by "now" in time order before each request is answered.
+So timestamps are exact whatever the polling rhythm, and nothing runs in the background.
+
+Job life cycle (the emulator's choices where Google documents none are marked *):
+    create -> QUEUED -> (capacity for all its GPUs) PENDING -> RUNNING -> SUCCEEDED | FAILED
+    cancel -> CANCELLING -> CANCELLED, error.code 1
+    FLEX_START: waits QUEUED until every GPU it asks for is free at once; when
+        maxWaitDuration passes first -> FAILED, error code 4 DEADLINE_EXCEEDED, reason
+        FLEX_START_WAIT_EXPIRED*
+    SPOT preemption: capacity is released and the service restarts the job (PENDING, or QUEUED
+        while no Spot capacity is free) up to ``max_service_restarts`` (6) times; the next
+        preemption -> FAILED, error code 8 RESOURCE_EXHAUSTED, reason STOCKOUT*
+    user code exit != 0 (EMULATOR_EXIT_CODE) -> FAILED, error code 3 INVALID_ARGUMENT,
+        "The replica workerpool0-0 exited with a non-zero status of N"
+    running past scheduling.timeout -> FAILED, error code 4, reason JOB_TIMEOUT*
+A preempted job keeps its progress (it resumes from its checkpoints).
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from pydantic import ValidationError
+
+from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
+from airflow_gpu_sched.emulator.clock import EmulatedClock
+from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
+from airflow_gpu_sched.emulator.scenario import Scenario
+from airflow_gpu_sched.models import (
+    RPC_STATUS,
+    CustomJob,
+    JobState,
+    Operation,
+    PersistentResource,
+    Scheduling,
+    PersistentResourceState,
+    Status,
+    Strategy,
+    format_duration,
+)
+from airflow_gpu_sched.rules import (
+    Violation,
+    check_custom_job,
+    check_persistent_fit,
+    check_persistent_resource,
+)
+
+S = JobState
+ERROR_DOMAIN = "aiplatform.googleapis.com"
+DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000
+RUN_SECONDS_ENV, EXIT_CODE_ENV = "EMULATOR_RUN_SECONDS", "EMULATOR_EXIT_CODE"
+ANY_EPOCH = -1  # an event that fires whatever transitions happened since it was scheduled
+
+
+class ApiError(Exception):
+    """An error the emulator answers with, in Google's error body shape."""
+
+    def __init__(self, status: str, message: str, details: list[dict] | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.message, self.details = status, message, details or []
+        self.retry_after = retry_after
+
+    @property
+    def http_status(self) -> int:
+        return RPC_STATUS[self.status][1]
+
+    def body(self) -> dict:
+        error: dict[str, Any] = {"code": self.http_status, "message": self.message, "status": self.status}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+
+def violations_error(violations: list[Violation], status: str = "INVALID_ARGUMENT") -> ApiError:
+    # Google's wording: "List of found errors:\t1.Field: ...; Message: ...\t"
+    listed = "".join(f"{i}.Field: {v.path}; Message: {v.rule}\t" for i, v in enumerate(violations, 1))
+    details = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": v.path, "description": v.rule} for v in violations]}]
+    return ApiError(status, f"List of found errors:\t{listed}", details)
+
+
+def _error_status(code_name: str, message: str, reason: str | None = None) -> Status:
+    details = None
+    if reason:
+        details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                    "domain": ERROR_DOMAIN}]
+    return Status(code=RPC_STATUS[code_name][0], message=message, details=details)
+
+
+@dataclass
+class JobRecord:
+    job: CustomJob
+    project: str
+    location: str
+    seq: int
+    tier: str  # capacity tier, or "persistent"
+    demand: dict[str, int]  # accelerator -> GPUs held at once (replicas per pool id on a persistent resource)
+    run_seconds: float
+    exit_code: int
+    eligible_at: datetime
+    epoch: int = 0  # bumped on every transition: events from an older epoch are stale
+    holds: bool = False  # holds capacity right now
+    progress: float = 0.0  # emulated seconds of run time done before the current run segment
+    running_since: datetime | None = None
+    restarts: int = 0
+    history: list[tuple[str, datetime]] = field(default_factory=list)
+    _wire: dict | None = None
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state  # type: ignore[return-value]
+
+    def wire(self) -> dict:
+        if self._wire is None:
+            self._wire = self.job.to_api()
+        return self._wire
+
+    def filter_record(self) -> dict:
+        return {"display_name": self.job.display_name, "state": self.state.value,
+                "create_time": self.job.create_time, "update_time": self.job.update_time,
+                "labels": self.job.labels or {}}
+
+
+@dataclass
+class ResourceRecord:
+    resource: PersistentResource
+    project: str
+    location: str
+    operation: str | None = None
+
+
+@lru_cache(maxsize=256)
+def _cached_filter(text: str):
+    return parse_filter(text)
+
+
+class Backend:
+    """All emulated state. Not thread-safe: the HTTP app calls it from one event loop."""
+
+    def __init__(self, scenario: Scenario | None = None):
+        self.reset(scenario)
+
+    # ------------------------------------------------------------------ set-up
+
+    def reset(self, scenario: Scenario | None = None) -> None:
+        self.scenario = scenario or Scenario()
+        self.clock = EmulatedClock(self.scenario.speed)
+        self.rng = random.Random(self.scenario.seed)
+        self.capacity = CapacityLedger(self.scenario.default_capacity)
+        self.jobs: dict[str, JobRecord] = {}  # in creation order
+        self._queue: dict[str, JobRecord] = {}  # jobs in QUEUED, waiting for capacity
+        self._seq = itertools.count()
+        self.resources: dict[str, ResourceRecord] = {}
+        self.operations: dict[str, Operation] = {}
+        self._events: list[tuple[datetime, int, str, str, int]] = []
+        self._event_seq = itertools.count()
+        self._ids = itertools.count(1_000_000_000_000_000_001)
+        self.faults = self.scenario.faults
+        self.stats: dict[str, Any] = {"requests": {}, "faultsInjected": 0, "jobsCreated": {},
+                                      "preemptions": 0, "serviceRestarts": 0, "cancels": 0}
+        for setting in self.scenario.capacity:
+            self.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
+        for seeded in self.scenario.persistent_resources:
+            self.create_persistent_resource(seeded.project, seeded.location, seeded.resource,
+                                            seeded.id, ready=True)
+
+    def apply_capacity(self, setting: dict, at_seconds: float | None = None) -> None:
+        location, accelerator = setting["location"], setting["accelerator_type"]
+        tiers = {t: setting.get(t) for t in ("standard", "spot", "flex_start")}
+        if at_seconds is not None:
+            when = self.clock.now() + timedelta(seconds=at_seconds)
+            self._schedule(when, "capacity", json.dumps([location, accelerator, tiers]))
+            return
+        self.capacity.set(location, accelerator, **tiers)
+        self._admit(self.clock.now())
+
+    # ------------------------------------------------------------------ events
+
+    def _schedule(self, when: datetime, kind: str, key: str, epoch: int = 0) -> None:
+        heapq.heappush(self._events, (when, next(self._event_seq), kind, key, epoch))
+
+    def advance(self) -> None:
+        """Apply every event due by now, in time order, each at its own time."""
+        now = self.clock.now()
+        while self._events and self._events[0][0] <= now:
+            when, _, kind, key, epoch = heapq.heappop(self._events)
+            if kind == "capacity":
+                location, accelerator, tiers = json.loads(key)
+                self.capacity.set(location, accelerator, **tiers)
+                self._admit(when)
+            elif kind == "resource_ready":
+                self._resource_ready(key, when)
+            else:
+                record = self.jobs.get(key)
+                if record is not None and epoch in (record.epoch, ANY_EPOCH):
+                    self._job_event(record, kind, when)
+
+    def _job_event(self, record: JobRecord, kind: str, when: datetime) -> None:
+        if kind == "eligible":
+            self._admit(when)
+        elif kind == "provisioned":
+            self._start_running(record, when)
+        elif kind == "finish":
+            if record.exit_code:
+                self._fail(record, when, _error_status(
+                    "INVALID_ARGUMENT",
+                    f"The replica workerpool0-0 exited with a non-zero status of {record.exit_code}. "
+                    "To find out more about why your job exited please check the logs."))
+            else:
+                self._end(record, S.JOB_STATE_SUCCEEDED, when)
+        elif kind == "preempt":
+            self._preempt(record, when)
+        elif kind == "wait_expired" and record.state is S.JOB_STATE_QUEUED:
+            wait = record.job.job_spec.scheduling.max_wait_duration  # type: ignore[union-attr]
+            self._fail(record, when, _error_status(
+                "DEADLINE_EXCEEDED",
+                f"The job could not get its resources ({self._describe_demand(record)}) within "
+                f"scheduling.maxWaitDuration ({format_duration(wait)}): the FLEX_START capacity "
+                "wait expired.", "FLEX_START_WAIT_EXPIRED"))
+        elif kind == "timeout":
+            timeout = record.job.job_spec.scheduling.timeout  # type: ignore[union-attr]
+            self._fail(record, when, _error_status(
+                "DEADLINE_EXCEEDED",
+                f"The job ran longer than scheduling.timeout ({format_duration(timeout)}).", "JOB_TIMEOUT"))
+        elif kind == "cancelled":
+            self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+
+    # ------------------------------------------------------------------ transitions
+
+    def _set_state(self, record: JobRecord, state: JobState, when: datetime) -> None:
+        if state is S.JOB_STATE_QUEUED:
+            self._queue[record.job.name] = record
+        else:
+            self._queue.pop(record.job.name, None)
+        record.job.state = state
+        record.job.update_time = when
+        record.epoch += 1
+        record.history.append((state.value, when))
+        record._wire = None
+
+    def _admit(self, when: datetime) -> None:
+        """Give free capacity to waiting jobs, oldest first (a job that does not fit is skipped)."""
+        for record in sorted(self._queue.values(), key=lambda r: r.seq):
+            if record.eligible_at <= when and self._take(record):
+                self._set_state(record, S.JOB_STATE_PENDING, when)
+                spec = record.job.job_spec
+                delay = (self.scenario.persistent_provisioning_seconds if spec.persistent_resource_id
+                         else self.scenario.provisioning_seconds)
+                self._schedule(when + timedelta(seconds=delay), "provisioned", record.job.name, record.epoch)
+
+    def _take(self, record: JobRecord) -> bool:
+        if record.tier == "persistent":
+            pools = self._resource_pools(record)
+            if pools is None or any((pools[pid].free_replicas < n) for pid, n in record.demand.items()):
+                return False
+            for pid, n in record.demand.items():
+                pools[pid].used_replica_count = (pools[pid].used_replica_count or 0) + n
+        elif not self.capacity.try_take(record.location, record.tier, record.demand):
+            return False
+        record.holds = True
+        return True
+
+    def _release(self, record: JobRecord) -> None:
+        if not record.holds:
+            return
+        record.holds = False
+        if record.tier == "persistent":
+            pools = self._resource_pools(record) or {}
+            for pid, n in record.demand.items():
+                if pid in pools:
+                    pools[pid].used_replica_count = max(0, (pools[pid].used_replica_count or 0) - n)
+        else:
+            self.capacity.give_back(record.location, record.tier, record.demand)
+
+    def _resource_pools(self, record: JobRecord) -> dict | None:
+        name = self._resource_name(record.project, record.location, record.job.job_spec.persistent_resource_id)
+        res = self.resources.get(name)
+        if res is None or res.resource.state is not PersistentResourceState.RUNNING:
+            return None
+        return {p.id: p for p in res.resource.resource_pools}
+
+    def _start_running(self, record: JobRecord, when: datetime) -> None:
+        self._set_state(record, S.JOB_STATE_RUNNING, when)
+        record.running_since = when
+        if record.job.start_time is None:
+            record.job.start_time = when
+        remaining = max(0.0, record.run_seconds - record.progress)
+        self._schedule(when + timedelta(seconds=remaining), "finish", record.job.name, record.epoch)
+        scheduling = record.job.job_spec.scheduling
+        if scheduling and scheduling.timeout:
+            left = scheduling.timeout.total_seconds() - record.progress
+            if left < remaining:
+                self._schedule(when + timedelta(seconds=max(0.0, left)), "timeout", record.job.name, record.epoch)
+        rate = self.scenario.spot_preemptions_per_hour
+        if record.tier == "spot" and rate > 0:
+            after = self.rng.expovariate(rate / 3600.0)
+            if after < remaining:
+                self._schedule(when + timedelta(seconds=after), "preempt", record.job.name, record.epoch)
+
+    def _stop_running(self, record: JobRecord, when: datetime) -> None:
+        if record.running_since is not None:
+            record.progress += (when - record.running_since).total_seconds()
+            record.running_since = None
+
+    def _end(self, record: JobRecord, state: JobState, when: datetime, error: Status | None = None) -> None:
+        self._stop_running(record, when)
+        self._release(record)
+        self._set_state(record, state, when)
+        record.job.end_time = when
+        record.job.error = error
+        self._admit(when)
+
+    def _fail(self, record: JobRecord, when: datetime, error: Status) -> None:
+        self._end(record, S.JOB_STATE_FAILED, when, error)
+
+    def _preempt(self, record: JobRecord, when: datetime) -> None:
+        self.stats["preemptions"] += 1
+        self._stop_running(record, when)
+        self._release(record)
+        if record.restarts >= self.scenario.max_service_restarts:
+            self._fail(record, when, _error_status(
+                "RESOURCE_EXHAUSTED",
+                f"The job was preempted {record.restarts + 1} times: Spot VM capacity was reclaimed "
+                f"(STOCKOUT) and the service gave up after {record.restarts} restarts.", "STOCKOUT"))
+            return
+        record.restarts += 1
+        self.stats["serviceRestarts"] += 1
+        self._set_state(record, S.JOB_STATE_QUEUED, when)
+        record.eligible_at = when
+        self._admit(when)
+
+    # ------------------------------------------------------------------ custom jobs
+
+    def create_custom_job(self, project: str, location: str, body: dict) -> dict:
+        try:
+            job = CustomJob.model_validate(body)
+        except ValidationError as exc:
+            raise violations_error([Violation(_wire_path(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+        found = check_custom_job(job)
+        if found:
+            raise violations_error(found)
+        spec = job.job_spec
+        now = self.clock.now()
+        strategy = spec.strategy
+        tier, demand = tier_of(strategy), {a.value: n for a, n in spec.accelerator_demand().items()}
+        if spec.persistent_resource_id:
+            tier, demand = "persistent", self._persistent_demand(project, location, job)
+        first = spec.worker_pool_specs[0]
+        env = first.env
+        try:
+            run_seconds = float(env.get(RUN_SECONDS_ENV, self.scenario.run_seconds))
+            exit_code = int(env.get(EXIT_CODE_ENV, 0))
+        except ValueError:
+            raise violations_error([Violation("jobSpec.workerPoolSpecs[0].containerSpec.env",
+                                              f"{RUN_SECONDS_ENV} must be a number and {EXIT_CODE_ENV} an integer")])
+        job_id = str(next(self._ids))
+        job = job.model_copy(update={
+            "name": f"projects/{project}/locations/{location}/customJobs/{job_id}",
+            "state": S.JOB_STATE_QUEUED, "create_time": now, "update_time": now,
+            "start_time": None, "end_time": None, "error": None,
+        })
+        record = JobRecord(job=job, project=project, location=location, seq=next(self._seq), tier=tier,
+                           demand=demand, run_seconds=run_seconds, exit_code=exit_code,
+                           eligible_at=now + timedelta(seconds=self.scenario.queue_seconds),
+                           history=[(S.JOB_STATE_QUEUED.value, now)])
+        self.jobs[job.name] = record
+        self._queue[job.name] = record
+        kind = "PERSISTENT_RESOURCE" if tier == "persistent" else strategy.value
+        self.stats["jobsCreated"][kind] = self.stats["jobsCreated"].get(kind, 0) + 1
+        self._schedule(record.eligible_at, "eligible", job.name, record.epoch)
+        if strategy is Strategy.FLEX_START:
+            wait = spec.scheduling.max_wait_duration if spec.scheduling else None
+            wait = Scheduling.DEFAULT_MAX_WAIT if wait is None else wait
+            if wait.total_seconds() > 0:  # 0 waits forever
+                self._schedule(now + wait, "wait_expired", job.name, ANY_EPOCH)
+        return record.wire()
+
+    def _persistent_demand(self, project: str, location: str, job: CustomJob) -> dict[str, int]:
+        spec = job.job_spec
+        name = self._resource_name(project, location, spec.persistent_resource_id)
+        res = self.resources.get(name)
+        if res is None:
+            raise ApiError("FAILED_PRECONDITION",
+                           f"jobSpec.persistentResourceId: persistent resource {name} does not exist.")
+        state = res.resource.state
+        if state in (PersistentResourceState.ERROR, PersistentResourceState.STOPPING):
+            raise ApiError("FAILED_PRECONDITION",
+                           f"jobSpec.persistentResourceId: persistent resource {name} is {state.value}.")
+        fit = check_persistent_fit(spec, res.resource)
+        if fit.mismatches:
+            raise violations_error(fit.mismatches, status="FAILED_PRECONDITION")
+        demand: dict[str, int] = {}
+        for index, pool in spec.active_pools():
+            pid = fit.assignment[index]
+            demand[pid] = demand.get(pid, 0) + pool.replicas
+        return demand
+
+    def get_custom_job(self, name: str) -> dict:
+        return self._job(name).wire()
+
+    def _job(self, name: str) -> JobRecord:
+        record = self.jobs.get(name)
+        if record is None:
+            raise ApiError("NOT_FOUND", f'The CustomJob "{name}" does not exist.')
+        return record
+
+    def list_custom_jobs(self, project: str, location: str, filter_text: str = "",
+                         page_size: int | None = None, page_token: str = "") -> dict:
+        try:
+            predicate = _cached_filter(filter_text or "")
+        except FilterError as exc:
+            raise ApiError("INVALID_ARGUMENT", f"Invalid filter: {exc}") from None
+        if page_size is not None and page_size < 0:
+            raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        before = _decode_token(page_token, filter_text) if page_token else None
+        page, more = [], False
+        # Newest first; the token is the last seq returned, so inserts never shift pages.
+        for record in reversed(self.jobs.values()):
+            if record.project != project or record.location != location:
+                continue
+            if before is not None and record.seq >= before:
+                continue
+            if not predicate(record.filter_record()):
+                continue
+            if len(page) == size:
+                more = True
+                break
+            page.append(record)
+        body: dict[str, Any] = {"customJobs": [r.wire() for r in page]} if page else {}
+        if more:
+            body["nextPageToken"] = _encode_token(page[-1].seq, filter_text)
+        return body
+
+    def cancel_custom_job(self, name: str) -> dict:
+        record = self._job(name)
+        if record.state.is_terminal():
+            raise ApiError("FAILED_PRECONDITION",
+                           f"Cannot cancel CustomJob {name}: it is already in state {record.state.value}.")
+        if record.state is not S.JOB_STATE_CANCELLING:
+            now = self.clock.now()
+            self.stats["cancels"] += 1
+            self._stop_running(record, now)
+            self._release(record)
+            self._set_state(record, S.JOB_STATE_CANCELLING, now)
+            self._schedule(now + timedelta(seconds=self.scenario.cancel_seconds), "cancelled", name, record.epoch)
+            self._admit(now)
+        return {}
+
+    def delete_custom_job(self, name: str) -> dict:
+        record = self._job(name)
+        if not record.state.is_terminal():
+            raise ApiError("FAILED_PRECONDITION",
+                           f"CustomJob {name} is in state {record.state.value}; cancel it and wait for it "
+                           "to end before deleting it.")
+        del self.jobs[name]
+        self._queue.pop(name, None)
+        return self._done_operation(record.project, record.location, "DeleteOperationMetadata")
+
+    def preempt(self, name: str) -> dict:
+        record = self._job(name)
+        if record.tier != "spot":
+            raise ApiError("FAILED_PRECONDITION", f"{name} is not a SPOT job; only Spot VMs are preempted.")
+        if record.state not in (S.JOB_STATE_PENDING, S.JOB_STATE_RUNNING):
+            raise ApiError("FAILED_PRECONDITION",
+                           f"{name} is {record.state.value}; only a PENDING or RUNNING job can be preempted.")
+        self._preempt(record, self.clock.now())
+        return record.wire()
+
+    # ------------------------------------------------------------------ persistent resources
+
+    @staticmethod
+    def _resource_name(project: str, location: str, resource_id: str | None) -> str:
+        return f"projects/{project}/locations/{location}/persistentResources/{resource_id}"
+
+    def create_persistent_resource(self, project: str, location: str, body: dict, resource_id: str,
+                                   ready: bool = False) -> dict:
+        try:
+            resource = PersistentResource.model_validate(body)
+        except ValidationError as exc:
+            raise violations_error([Violation(_wire_path(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+        found = check_persistent_resource(resource, resource_id)
+        if found:
+            raise violations_error(found)
+        name = self._resource_name(project, location, resource_id)
+        if name in self.resources:
+            raise ApiError("ALREADY_EXISTS", f"PersistentResource {name} already exists.")
+        now = self.clock.now()
+        for pool in resource.resource_pools:
+            pool.used_replica_count = 0
+        resource = resource.model_copy(update={
+            "name": name, "state": PersistentResourceState.PROVISIONING, "create_time": now, "update_time": now,
+        })
+        op = self._operation(project, location, "CreatePersistentResourceOperationMetadata")
+        self.resources[name] = ResourceRecord(resource, project, location, op.name)
+        if ready:
+            self._resource_ready(name, now)
+        else:
+            delay = timedelta(seconds=self.scenario.resource_provisioning_seconds)
+            self._schedule(now + delay, "resource_ready", name)
+        return self.operations[op.name].to_api()
+
+    def _resource_ready(self, name: str, when: datetime) -> None:
+        record = self.resources.get(name)
+        if record is None or record.resource.state is not PersistentResourceState.PROVISIONING:
+            return
+        record.resource.state = PersistentResourceState.RUNNING
+        record.resource.start_time = record.resource.update_time = when
+        if record.operation in self.operations:
+            op = self.operations[record.operation]
+            op.done = True
+            op.response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.PersistentResource",
+                           **record.resource.to_api()}
+        self._admit(when)
+
+    def get_persistent_resource(self, name: str) -> dict:
+        return self._resource(name).resource.to_api()
+
+    def _resource(self, name: str) -> ResourceRecord:
+        record = self.resources.get(name)
+        if record is None:
+            raise ApiError("NOT_FOUND", f'The PersistentResource "{name}" does not exist.')
+        return record
+
+    def list_persistent_resources(self, project: str, location: str, page_size: int | None = None,
+                                  page_token: str = "") -> dict:
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        start = _decode_token(page_token, "") if page_token else 0
+        names = sorted(n for n, r in self.resources.items() if r.project == project and r.location == location)
+        page = names[start:start + size]
+        body: dict[str, Any] = {"persistentResources": [self.resources[n].resource.to_api() for n in page]} if page else {}
+        if start + size < len(names):
+            body["nextPageToken"] = _encode_token(start + size, "")
+        return body
+
+    def delete_persistent_resource(self, name: str) -> dict:
+        record = self._resource(name)
+        busy = [r.job.name for r in self.jobs.values()
+                if r.tier == "persistent" and r.holds
+                and self._resource_name(r.project, r.location, r.job.job_spec.persistent_resource_id) == name]
+        if busy:
+            raise ApiError("FAILED_PRECONDITION", f"PersistentResource {name} is running jobs: {', '.join(busy)}.")
+        del self.resources[name]
+        return self._done_operation(record.project, record.location, "DeleteOperationMetadata")
+
+    def set_resource_state(self, name: str, state: str, message: str | None = None) -> dict:
+        """Control API: put a persistent resource in a state (ERROR, REBOOTING, RUNNING, ...)."""
+        record = self._resource(name)
+        new_state = PersistentResourceState(state)
+        if not new_state.is_known:
+            raise ApiError("INVALID_ARGUMENT", f"unknown persistent resource state {state!r}")
+        now = self.clock.now()
+        record.resource.state = new_state
+        record.resource.update_time = now
+        record.resource.error = _error_status("FAILED_PRECONDITION", message) if message else None
+        self._admit(now)
+        return record.resource.to_api()
+
+    # ------------------------------------------------------------------ operations
+
+    def _operation(self, project: str, location: str, metadata_type: str) -> Operation:
+        now = self.clock.now()
+        op = Operation(
+            name=f"projects/{project}/locations/{location}/operations/{next(self._ids)}",
+            metadata={"@type": f"type.googleapis.com/google.cloud.aiplatform.v1.{metadata_type}",
+                      "genericMetadata": {"createTime": now.isoformat().replace("+00:00", "Z"),
+                                          "updateTime": now.isoformat().replace("+00:00", "Z")}},
+            done=False,
+        )
+        self.operations[op.name] = op
+        return op
+
+    def _done_operation(self, project: str, location: str, metadata_type: str) -> dict:
+        op = self._operation(project, location, metadata_type)
+        op.done = True
+        op.response = {"@type": "type.googleapis.com/google.protobuf.Empty"}
+        return op.to_api()
+
+    def get_operation(self, name: str) -> dict:
+        op = self.operations.get(name)
+        if op is None:
+            raise ApiError("NOT_FOUND", f'Operation "{name}" does not exist.')
+        return op.to_api()
+
+    # ------------------------------------------------------------------ emulator-only views
+
+    def count(self, rpc: str) -> None:
+        requests = self.stats["requests"]
+        requests[rpc] = requests.get(rpc, 0) + 1
+
+    def stats_view(self) -> dict:
+        by_state: dict[str, int] = {}
+        for record in self.jobs.values():
+            by_state[record.state.value] = by_state.get(record.state.value, 0) + 1
+        return {**self.stats, "jobsByState": by_state, "now": self.clock.now().isoformat(),
+                "capacity": self.capacity.snapshot()}
+
+    def job_history(self, name: str) -> dict:
+        record = self._job(name)
+        return {"name": name, "restarts": record.restarts, "progressSeconds": record.progress,
+                "history": [{"state": s, "time": t.isoformat()} for s, t in record.history]}
+
+    def _describe_demand(self, record: JobRecord) -> str:
+        return ", ".join(f"{n} x {a}" for a, n in record.demand.items()) + f" in {record.location}"
+
+
+def _wire_path(loc: tuple) -> str:
+    from pydantic.alias_generators import to_camel
+
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += ("." if path else "") + to_camel(str(part))
+    return path or "body"
+
+
+def _encode_token(position: int, filter_text: str) -> str:
+    raw = json.dumps({"p": position, "f": filter_text}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_token(token: str, filter_text: str) -> int:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        position = int(data["p"])
+    except (ValueError, KeyError, TypeError):
+        raise ApiError("INVALID_ARGUMENT", "pageToken is not a token this list returned.") from None
+    if data.get("f") != filter_text:
+        raise ApiError("INVALID_ARGUMENT", "pageToken was issued for a different filter.")
+    return position
+

@@ -1,0 +1,73 @@
+"""What an emulator session simulates: timings, capacity, preemption rate, faults, pools.
+
+A scenario is a JSON or YAML file (``airflow-gpu-sched emulator --scenario FILE``) holding the
+same settings as the control API. Every duration is in emulated seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class TierCapacity(_Camel):
+    """GPUs per accelerator type and location, separately for each capacity strategy."""
+
+    standard: int | None = None
+    spot: int | None = None
+    flex_start: int | None = None
+
+
+class CapacitySetting(TierCapacity):
+    location: str
+    accelerator_type: str
+    at_seconds: float | None = Field(None, description="apply at this emulated second (None: now)")
+
+
+class Faults(_Camel):
+    error_rate: float = 0.0
+    status_codes: list[int] = Field(default_factory=lambda: [429, 503])
+    latency_seconds: float = 0.0
+
+
+class SeededPersistentResource(_Camel):
+    project: str
+    location: str
+    id: str
+    resource: dict[str, Any]
+
+
+class Scenario(_Camel):
+    seed: int = 0
+    speed: float = 1.0
+    queue_seconds: float = 1.0  # least time a job shows QUEUED before it may be admitted
+    provisioning_seconds: float = 30.0  # PENDING -> RUNNING on fresh VMs
+    persistent_provisioning_seconds: float = 2.0  # PENDING -> RUNNING on a persistent resource
+    resource_provisioning_seconds: float = 60.0  # persistent resource PROVISIONING -> RUNNING
+    run_seconds: float = 60.0  # default run time (EMULATOR_RUN_SECONDS overrides per job)
+    cancel_seconds: float = 2.0  # CANCELLING -> CANCELLED
+    spot_preemptions_per_hour: float = 0.0  # random preemption rate of a running SPOT job
+    max_service_restarts: int = 6  # the service restarts a preempted SPOT job this many times
+    default_capacity: TierCapacity = Field(
+        default_factory=lambda: TierCapacity(standard=64, spot=64, flex_start=64)
+    )
+    capacity: list[CapacitySetting] = Field(default_factory=list)
+    faults: Faults = Field(default_factory=Faults)
+    persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        text = Path(path).read_text()
+        if str(path).endswith((".yaml", ".yml")):
+            import yaml
+
+            return cls.model_validate(yaml.safe_load(text) or {})
+        return cls.model_validate(json.loads(text))

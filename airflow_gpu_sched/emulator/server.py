@@ -1,0 +1,84 @@
+"""Run the emulator: in-process on a free port (tests), or in the foreground (the CLI)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+
+import uvicorn
+
+from airflow_gpu_sched.emulator.app import create_app
+from airflow_gpu_sched.emulator.backend import Backend
+from airflow_gpu_sched.emulator.scenario import Scenario
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+class EmulatorServer:
+    """The emulator on a real socket, served by uvicorn in a background thread.
+
+    >>> with EmulatorServer() as emulator:
+    ...     emulator.url   # 'http://127.0.0.1:PORT', the api_endpoint for our clients
+    """
+
+    def __init__(self, scenario: Scenario | None = None, host: str = "127.0.0.1", port: int = 0,
+                 allow_remote: bool = False):
+        if not allow_remote and not is_loopback(host):
+            raise ValueError(f"the emulator serves loopback only; pass allow_remote=True to bind {host}")
+        self.backend = Backend(scenario)
+        self._socket = _bind(host, port)
+        bound_host, bound_port = self._socket.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.url = f"http://{shown}:{bound_port}"
+        config = uvicorn.Config(create_app(self.backend), log_level="warning", access_log=False,
+                                lifespan="off", timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EmulatorServer:
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
+                                        name="vertex-emulator", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the emulator did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._socket.close()
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def serve_forever(self) -> None:
+        """Foreground mode for the CLI: returns on Ctrl-C / SIGTERM."""
+        try:
+            self._server.run(sockets=[self._socket])
+        finally:
+            self._socket.close()
