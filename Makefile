@@ -1,0 +1,28 @@
+# The two commands of the README. Both bootstrap .venv from the pinned versions first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.bootstrapped
+PIP_VERSION := 24.3.1
+
+.PHONY: bootstrap demo test emulator bench
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "pip==$(PIP_VERSION)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+bootstrap: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/airflow-gpu-sched demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+emulator: $(STAMP)
+	$(BIN)/airflow-gpu-sched emulator
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/emulator_throughput.py

@@ -1,0 +1,60 @@
+"""``airflow-gpu-sched``: the emulator server and the demo.
+
+    airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
+    airflow-gpu-sched demo [--speed X]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _emulator(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.emulator import EmulatorServer, Scenario
+
+    scenario = Scenario.load(args.scenario) if args.scenario else Scenario()
+    if args.speed is not None:
+        scenario = scenario.model_copy(update={"speed": args.speed})
+    try:
+        server = EmulatorServer(scenario, host=args.host, port=args.port, allow_remote=args.allow_remote)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Vertex AI emulator listening on {server.url}", flush=True)
+    print(f"  api_endpoint for clients: {server.url}   (speed x{scenario.speed:g})", flush=True)
+    print(f"  control API: {server.url}/emulator/v1/stats", flush=True)
+    server.serve_forever()
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.demo import run_demo
+
+    return run_demo(speed=args.speed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airflow-gpu-sched", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    emulator = sub.add_parser("emulator", help="serve the local Vertex AI emulator")
+    emulator.add_argument("--host", default="127.0.0.1", help="loopback by default")
+    emulator.add_argument("--port", type=int, default=8765)
+    emulator.add_argument("--scenario", help="JSON or YAML scenario file")
+    emulator.add_argument("--speed", type=float, help="emulated seconds per real second")
+    emulator.add_argument("--allow-remote", action="store_true",
+                          help="allow a non-loopback --host (the emulator has no authentication)")
+    emulator.set_defaults(func=_emulator)
+
+    demo = sub.add_parser("demo", help="submit one job of each strategy to an emulator and show their life cycles")
+    demo.add_argument("--speed", type=float, default=120.0)
+    demo.set_defaults(func=_demo)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""A small client of the emulator's control API (not part of Vertex), for tests and demos."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+
+class EmulatorControl:
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.url = url.rstrip("/")
+        self._session = requests.Session()
+        self._timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> Any:
+        response = self._session.request(method, f"{self.url}/emulator/v1/{path}", json=body,
+                                         timeout=self._timeout)
+        if response.status_code >= 400:
+            raise RuntimeError(f"emulator control {path}: {response.status_code} {response.text}")
+        return response.json()
+
+    def reset(self, scenario: dict | None = None) -> None:
+        self._call("POST", "reset", scenario or {})
+
+    def set_capacity(self, location: str, accelerator_type: str, *, standard: int | None = None,
+                     spot: int | None = None, flex_start: int | None = None,
+                     at_seconds: float | None = None) -> dict:
+        body = {"location": location, "acceleratorType": accelerator_type, "standard": standard,
+                "spot": spot, "flexStart": flex_start, "atSeconds": at_seconds}
+        return self._call("POST", "capacity", {k: v for k, v in body.items() if v is not None})
+
+    def set_faults(self, error_rate: float = 0.0, status_codes: list[int] | None = None,
+                   latency_seconds: float = 0.0) -> dict:
+        return self._call("POST", "faults", {"errorRate": error_rate, "statusCodes": status_codes or [429, 503],
+                                             "latencySeconds": latency_seconds})
+
+    def clear_faults(self) -> dict:
+        return self._call("POST", "faults", {})
+
+    def preempt(self, job_name: str) -> dict:
+        return self._call("POST", f"{job_name}:preempt", {})
+
+    def set_resource_state(self, resource_name: str, state: str, message: str | None = None) -> dict:
+        return self._call("POST", f"{resource_name}:setState", {"state": state, "message": message})
+
+    def history(self, job_name: str) -> dict:
+        return self._call("GET", f"{job_name}:history")
+
+    def stats(self) -> dict:
+        return self._call("GET", "stats")
+
+    def advance(self, seconds: float) -> str:
+        """Move emulated time forward; returns the new emulated now."""
+        return self._call("POST", "clock:advance", {"seconds": seconds})["now"]
