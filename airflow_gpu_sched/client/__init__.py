@@ -1,0 +1,68 @@
+"""Clients for the Vertex AI v1 REST surface this project uses (or the emulator's).
+
+``VertexClient`` blocks (operators, hooks); ``AsyncVertexClient`` is for triggers. Both
+share one core (:mod:`.core`: URLs, bodies, error mapping, the retry classifier) and raise
+the errors of :mod:`.errors`.
+"""
+
+from airflow_gpu_sched.client.aio import AsyncVertexClient, aclose_shared_clients
+from airflow_gpu_sched.client.auth import ConnectionSettings, TokenSource
+from airflow_gpu_sched.client.core import (
+    DEFAULT_API_ROOT,
+    ApiCall,
+    GiveUp,
+    Retry,
+    RetryPolicy,
+    Safety,
+    VertexApi,
+    error_from_response,
+    error_from_status,
+    is_loopback_http,
+    next_step,
+)
+from airflow_gpu_sched.client.errors import (
+    AlreadyExistsError,
+    AmbiguousCreateError,
+    ApiRequestInfo,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    ServerError,
+    UnavailableError,
+    VertexApiError,
+    VertexError,
+    VertexTransportError,
+)
+from airflow_gpu_sched.client.sync import VertexClient
+
+__all__ = [
+    "DEFAULT_API_ROOT",
+    "AlreadyExistsError",
+    "AmbiguousCreateError",
+    "ApiCall",
+    "ApiRequestInfo",
+    "AsyncVertexClient",
+    "ConnectionSettings",
+    "GiveUp",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "QuotaExceededError",
+    "Retry",
+    "RetryPolicy",
+    "Safety",
+    "ServerError",
+    "TokenSource",
+    "UnavailableError",
+    "VertexApi",
+    "VertexApiError",
+    "VertexClient",
+    "VertexError",
+    "VertexTransportError",
+    "aclose_shared_clients",
+    "error_from_response",
+    "error_from_status",
+    "is_loopback_http",
+    "next_step",
+]

@@ -1,0 +1,174 @@
+"""The async client: httpx.AsyncClient, for triggers. Nothing here blocks the event loop:
+token refreshes run in a thread, waits use ``asyncio.sleep``.
+
+Every AsyncVertexClient in one event loop shares one ``httpx.AsyncClient`` (one connection
+pool): a triggerer runs hundreds of triggers in one loop, and a pool each would open
+hundreds of TLS connections to the same host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import weakref
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import httpx
+
+from airflow_gpu_sched.client.auth import ConnectionSettings, token_source_for
+from airflow_gpu_sched.client.core import (
+    ApiCall,
+    ClientMethods,
+    GiveUp,
+    RetryPolicy,
+    RetryState,
+    VertexApi,
+    error_from_response,
+    error_from_status,
+    parse_success_body,
+)
+from airflow_gpu_sched.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
+from airflow_gpu_sched.models import CustomJob, Operation, PersistentResource
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+T = TypeVar("T")
+
+_BASE_HEADERS = {"Accept": "application/json", "User-Agent": "airflow-gpu-sched"}
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+
+
+def shared_http_client() -> httpx.AsyncClient:
+    """This event loop's httpx client, created on first use."""
+    loop = asyncio.get_running_loop()
+    client = _SHARED.get(loop)
+    if client is None or client.is_closed:
+        client = _SHARED[loop] = httpx.AsyncClient(follow_redirects=False)
+    return client
+
+
+async def aclose_shared_clients() -> None:
+    """Close this event loop's shared httpx client (the next request opens a new one)."""
+    client = _SHARED.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
+class AsyncVertexClient(ClientMethods):
+    """Vertex AI custom jobs and persistent resources, async: ``await client.get_custom_job(name)``.
+
+    Same constructor as :class:`~airflow_gpu_sched.client.sync.VertexClient`, with
+    ``http_client`` (e.g. an ``httpx.AsyncClient`` over an ASGI app in tests) in place of
+    ``session``; without one, the loop's shared client is used.
+    """
+
+    def __init__(self, location: str, project: str | None = None, api_endpoint: str | None = None,
+                 credentials: Credentials | None = None, retry: RetryPolicy = RetryPolicy(),
+                 timeout: float = 30.0, http_client: httpx.AsyncClient | None = None, *,
+                 settings: ConnectionSettings | None = None):
+        settings = (settings or ConnectionSettings()).with_overrides(project, api_endpoint)
+        self.location = location
+        self.project = settings.project_id
+        self.api = VertexApi(settings.api_endpoint)
+        self.retry = retry
+        self.timeout = timeout
+        self._tokens = token_source_for(credentials, settings)
+        self._http_client = http_client
+        self._rng = random.Random()
+
+    @classmethod
+    def from_connection(cls, conn_id: str = "google_cloud_default", *, location: str,
+                        **kwargs: Any) -> AsyncVertexClient:
+        """Blocking connection lookup: call outside the event loop (or use :meth:`afrom_connection`)."""
+        return cls(location, settings=ConnectionSettings.from_airflow(conn_id), **kwargs)
+
+    @classmethod
+    async def afrom_connection(cls, conn_id: str = "google_cloud_default", *, location: str,
+                               **kwargs: Any) -> AsyncVertexClient:
+        return cls(location, settings=await ConnectionSettings.afrom_airflow(conn_id), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"AsyncVertexClient(project={self.project!r}, location={self.location!r})"
+
+    # --- the one send loop
+
+    async def _execute(self, call: ApiCall, parse: Callable[[Any], T]) -> T:
+        info = self.api.request_info(call)
+        state = RetryState(call, self.retry, self._rng)
+        while True:
+            try:
+                return parse(await self._send(call, info))
+            except (VertexApiError, VertexTransportError) as error:
+                step = state.after(error)
+                if isinstance(step, GiveUp):
+                    if step.error is error:
+                        raise
+                    raise step.error from error
+                await asyncio.sleep(step.delay)
+
+    async def _send(self, call: ApiCall, info: ApiRequestInfo) -> Any:
+        headers = {**_BASE_HEADERS, **await self._tokens.aheaders()}
+        client = self._http_client or shared_http_client()
+        try:
+            response = await client.request(call.method, info.url, json=call.body, headers=headers,
+                                            timeout=self.timeout)
+        except httpx.TransportError as exc:
+            raise transport_error(exc, info) from exc
+        if response.status_code >= 300:
+            raise error_from_response(response.status_code, response.content, info,
+                                      response.headers.get("Retry-After"))
+        return parse_success_body(response.content, info)
+
+    # --- paging and waiting
+
+    async def list_custom_jobs(self, filter: str | None = None, page_size: int | None = None,
+                               project: str | None = None, location: str | None = None,
+                               read_mask: str | None = None) -> AsyncIterator[CustomJob]:
+        token = None
+        while True:
+            page = await self.list_custom_jobs_page(filter, page_size, token, read_mask, project, location)
+            for job in page.custom_jobs:
+                yield job
+            if not (token := page.next_page_token):
+                return
+
+    async def list_persistent_resources(self, page_size: int | None = None, project: str | None = None,
+                                        location: str | None = None) -> AsyncIterator[PersistentResource]:
+        token = None
+        while True:
+            page = await self.list_persistent_resources_page(page_size, token, project, location)
+            for resource in page.persistent_resources:
+                yield resource
+            if not (token := page.next_page_token):
+                return
+
+    async def wait_operation(self, name: str | Operation, timeout: float = 600, poll: float = 1.0) -> Operation:
+        """Poll until done. Raises the operation's error as a :class:`VertexApiError`
+        subclass, or :class:`TimeoutError` after ``timeout`` seconds."""
+        name = name.name if isinstance(name, Operation) else name
+        deadline = time.monotonic() + timeout
+        while True:
+            operation = await self.get_operation(name)
+            if operation.done:
+                if operation.error is not None and operation.error.code:
+                    raise error_from_status(operation.error, self.api.request_info(self.api.get_operation(name)))
+                return operation
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"operation {name} not done after {timeout}s")
+            await asyncio.sleep(min(poll, remaining))
+
+
+def transport_error(exc: httpx.TransportError, info: ApiRequestInfo) -> VertexTransportError:
+    """``connect`` only when the request never left (refused, connect timeout)."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        kind = "connect"
+    elif isinstance(exc, httpx.TimeoutException):
+        kind = "timeout"
+    else:
+        kind = "protocol"
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return VertexTransportError(kind, info, text[:300])

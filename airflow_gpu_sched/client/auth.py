@@ -1,0 +1,267 @@
+"""Where credentials come from (an Airflow connection, a key, or the environment) and how a
+bearer token is kept fresh without blocking an event loop.
+
+Tokens and private keys are never logged, put in a message, or shown by a ``repr``; under
+Airflow they are also registered with its secrets masker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu_sched.client.core import check_token_transport, is_loopback_http
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+_OLD_PREFIX = "extra__google_cloud_platform__"
+
+Loader = Callable[[], "tuple[Credentials | None, list[str]]"]
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """What a ``google_cloud_platform`` connection says about reaching Vertex AI."""
+
+    project: str | None = None
+    api_endpoint: str | None = None
+    key_path: str | None = None
+    keyfile_dict: Mapping[str, Any] | None = field(default=None, repr=False, hash=False)
+    scopes: tuple[str, ...] = (CLOUD_PLATFORM_SCOPE,)
+
+    @classmethod
+    def from_extras(cls, extras: Mapping[str, Any]) -> ConnectionSettings:
+        """Read connection extras as the Google provider writes them: ``project``, ``key_path``,
+        ``keyfile_dict`` (JSON string or dict), ``scope``/``scopes`` (comma-separated or list),
+        ``api_endpoint``; each also under the old ``extra__google_cloud_platform__`` prefix."""
+
+        def get(key: str) -> Any:
+            for name in (key, _OLD_PREFIX + key):
+                value = extras.get(name)
+                if value not in (None, ""):  # the Airflow UI stores empty fields as ""
+                    return value
+            return None
+
+        keyfile = get("keyfile_dict")
+        if isinstance(keyfile, str):
+            try:
+                keyfile = json.loads(keyfile)
+            except ValueError as exc:  # never echo the text: it is a private key
+                raise ValueError(f"keyfile_dict is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+        if keyfile is not None and not isinstance(keyfile, Mapping):
+            raise ValueError("keyfile_dict must be a JSON object (the content of a service account key file)")
+        scopes = get("scopes") or get("scope")
+        if isinstance(scopes, str):
+            scopes = [s.strip() for s in scopes.split(",") if s.strip()]
+        return cls(
+            project=get("project"),
+            api_endpoint=get("api_endpoint"),
+            key_path=get("key_path"),
+            keyfile_dict=dict(keyfile) if keyfile is not None else None,
+            scopes=tuple(scopes) if scopes else (CLOUD_PLATFORM_SCOPE,),
+        )
+
+    @classmethod
+    def from_airflow(cls, conn_id: str = "google_cloud_default") -> ConnectionSettings:
+        from airflow.sdk import BaseHook  # lazy: the client works without Airflow
+
+        settings = cls.from_extras(BaseHook.get_connection(conn_id).extra_dejson)
+        for secret in settings._private_keys():
+            mask_secret(secret)
+        return settings
+
+    @classmethod
+    async def afrom_airflow(cls, conn_id: str = "google_cloud_default") -> ConnectionSettings:
+        """For triggers: reads the connection without blocking the event loop."""
+        from airflow.sdk import BaseHook
+
+        settings = cls.from_extras((await BaseHook.aget_connection(conn_id)).extra_dejson)
+        for secret in settings._private_keys():
+            await amask_secret(secret)
+        return settings
+
+    def with_overrides(self, project: str | None = None, api_endpoint: str | None = None) -> ConnectionSettings:
+        """Explicit client arguments win over the connection's."""
+        return replace(self, project=project or self.project, api_endpoint=api_endpoint or self.api_endpoint)
+
+    @property
+    def project_id(self) -> str | None:
+        """The connection's project, else the key's own project."""
+        return self.project or (self.keyfile_dict or {}).get("project_id")
+
+    def credentials(self) -> Credentials | None:
+        """None for an http loopback endpoint (the emulator needs none); else credentials from
+        ``keyfile_dict``, ``key_path``, or the environment (``google.auth.default``).
+        Blocking (reads files, may ask a metadata server): call from a thread in async code."""
+        credentials, secrets = self.load_credentials()
+        for secret in secrets:
+            mask_secret(secret)
+        return credentials
+
+    def load_credentials(self) -> tuple[Credentials | None, list[str]]:
+        """(credentials, secrets to mask): masking is left to the caller, who knows whether
+        it runs in an event loop."""
+        if is_loopback_http(self.api_endpoint):
+            return None, []
+        check_token_transport(self.api_endpoint)
+        import google.auth
+
+        scopes = list(self.scopes)
+        if self.keyfile_dict:
+            credentials, _ = google.auth.load_credentials_from_dict(dict(self.keyfile_dict), scopes=scopes)
+            return credentials, self._private_keys()
+        if self.key_path:
+            if self.key_path.endswith(".p12"):
+                raise ValueError("legacy .p12 keys are not supported: use a JSON key file")
+            with open(self.key_path, encoding="utf-8") as handle:
+                info = json.load(handle)
+            credentials, _ = google.auth.load_credentials_from_dict(info, scopes=scopes)
+            return credentials, _private_keys_of(info)
+        credentials, _ = google.auth.default(scopes=scopes)
+        return credentials, []
+
+    def _private_keys(self) -> list[str]:
+        return _private_keys_of(self.keyfile_dict or {})
+
+
+def _private_keys_of(info: Mapping[str, Any]) -> list[str]:
+    return [str(info[k]) for k in ("private_key", "client_secret", "refresh_token") if info.get(k)]
+
+
+def token_source_for(credentials: Credentials | None, settings: ConnectionSettings) -> TokenSource:
+    """The clients' rule: explicit credentials win; none for a loopback http emulator; else
+    credentials found from ``settings`` on first use. A token is never sent over remote http
+    (checked here, at construction, rather than at the first request)."""
+    if credentials is not None:
+        from google.auth.credentials import AnonymousCredentials
+
+        if not isinstance(credentials, AnonymousCredentials):
+            check_token_transport(settings.api_endpoint)
+        return TokenSource(credentials)
+    if is_loopback_http(settings.api_endpoint):
+        return TokenSource(None)
+    check_token_transport(settings.api_endpoint)
+    return TokenSource(loader=settings.load_credentials)
+
+
+# --------------------------------------------------------------------------- masking
+
+
+def mask_secret(secret: str) -> None:
+    """Register a secret with Airflow's log masker, when running under Airflow."""
+    if "airflow.sdk" not in sys.modules:  # not under Airflow: importing it would load its config
+        return
+    try:
+        from airflow.sdk.log import mask_secret as _mask
+    except ImportError:
+        return
+    with suppress(Exception):  # masking must never break a request
+        _mask(secret)
+
+
+async def amask_secret(secret: str) -> None:
+    """Async form: Airflow's sync masker may deadlock on its supervisor channel in a loop."""
+    if "airflow.sdk" not in sys.modules:
+        return
+    try:
+        from airflow.sdk.log import amask_secret as _amask
+    except ImportError:
+        return
+    with suppress(Exception):
+        await _amask(secret)
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+class TokenSource:
+    """Authorization headers from google-auth credentials, refreshed when stale.
+
+    ``credentials=None`` and no ``loader``: no headers (an emulator). A ``loader`` defers
+    finding credentials (ADC may query a metadata server) to the first request, which in
+    async code runs in a thread.
+    """
+
+    def __init__(self, credentials: Credentials | None = None, *, loader: Loader | None = None):
+        self._credentials = credentials
+        self._loader = loader
+        self._lock = threading.Lock()  # one refresh at a time across threads
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._to_mask: list[str] = []
+        self._mask_lock = threading.Lock()  # short-held, unlike _lock which spans a refresh
+        self._request: Any = None
+
+    def __repr__(self) -> str:
+        kind = type(self._credentials).__name__ if self._credentials is not None else None
+        return f"TokenSource(credentials={kind})"
+
+    def headers(self) -> dict[str, str]:
+        if self._stale():
+            self._refresh()
+        for secret in self._take_masks():
+            mask_secret(secret)
+        return self._apply()
+
+    async def aheaders(self) -> dict[str, str]:
+        if self._stale():
+            async with self._async_lock():
+                if self._stale():  # another caller may have refreshed while we waited
+                    await asyncio.to_thread(self._refresh)
+        for secret in self._take_masks():
+            await amask_secret(secret)
+        return self._apply()
+
+    def _stale(self) -> bool:
+        return self._loader is not None or (self._credentials is not None and not self._credentials.valid)
+
+    def _refresh(self) -> None:
+        """Blocking: load and/or refresh the credentials."""
+        with self._lock:
+            if self._loader is not None:
+                self._credentials, secrets = self._loader()
+                self._loader = None
+                self._queue_masks(secrets)
+            credentials = self._credentials
+            if credentials is None or credentials.valid:
+                return
+            if self._request is None:
+                import google.auth.transport.requests
+
+                self._request = google.auth.transport.requests.Request()
+            credentials.refresh(self._request)
+            if getattr(credentials, "token", None):
+                self._queue_masks([credentials.token])
+
+    def _queue_masks(self, secrets: Sequence[str]) -> None:
+        with self._mask_lock:
+            self._to_mask.extend(secrets)
+
+    def _take_masks(self) -> Sequence[str]:
+        with self._mask_lock:
+            taken, self._to_mask = self._to_mask, []
+        return taken
+
+    def _apply(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self._credentials is not None:
+            self._credentials.apply(headers)
+        return headers
+
+    def _async_lock(self) -> asyncio.Lock:
+        # An asyncio.Lock belongs to one loop; keep one per loop so a client survives asyncio.run() twice.
+        loop = asyncio.get_running_loop()
+        lock = self._async_locks.get(loop)
+        if lock is None:
+            lock = self._async_locks[loop] = asyncio.Lock()
+        return lock

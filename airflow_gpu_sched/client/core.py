@@ -1,0 +1,523 @@
+"""Everything the two clients share that does no I/O: URLs, request bodies, error mapping,
+and the one retry classifier. The sync face (:mod:`.sync`) and the async face (:mod:`.aio`)
+only send what this module builds and ask it what to do when a send fails.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import json
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Mapping, Protocol, TypeVar
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+from airflow_gpu_sched.client.errors import (
+    AlreadyExistsError,
+    AmbiguousCreateError,
+    ApiRequestInfo,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    ServerError,
+    UnavailableError,
+    VertexApiError,
+    VertexError,
+    VertexTransportError,
+)
+from airflow_gpu_sched.models import (
+    CustomJob,
+    ListCustomJobsResponse,
+    ListPersistentResourcesResponse,
+    Operation,
+    PersistentResource,
+    Status,
+    parse_duration,
+)
+from airflow_gpu_sched.rules import SpecError, check_persistent_resource, validate_custom_job
+
+log = logging.getLogger("airflow_gpu_sched.client")
+
+T = TypeVar("T")
+
+# --------------------------------------------------------------------------- endpoints
+
+DEFAULT_API_ROOT = "https://{location}-aiplatform.googleapis.com/v1/"
+_GLOBAL_API_ROOT = "https://aiplatform.googleapis.com/v1/"
+_NAME = re.compile(r"^projects/([^/]+)/locations/([^/]+)(?:/|$)")
+
+
+def normalize_endpoint(api_endpoint: str) -> str:
+    """``http://127.0.0.1:8123``, ``.../``, ``.../v1`` or ``.../v1/`` -> ``http://127.0.0.1:8123/v1/``.
+
+    A bare host (``us-central1-aiplatform.googleapis.com``, the google-cloud client_options
+    style) means https. Credentials in the URL (``user:pass@``) are refused: they would end
+    up in error messages.
+    """
+    text = api_endpoint.strip()
+    if "://" not in text:
+        text = "https://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"api_endpoint {api_endpoint!r} is not an http(s) URL")
+    if parts.username or parts.password:
+        raise ValueError("api_endpoint must not carry credentials (user:password@); use a connection's key")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme, parts.netloc, f"{path}/v1/", "", ""))
+
+
+def api_root(location: str, api_endpoint: str | None = None) -> str:
+    """The ``.../v1/`` root for a location: regional host, or the override for every location."""
+    if api_endpoint:
+        return normalize_endpoint(api_endpoint)
+    if location == "global":
+        return _GLOBAL_API_ROOT
+    if not re.fullmatch(r"[a-z0-9-]+", location or ""):
+        raise ValueError(f"{location!r} is not a Vertex AI location (e.g. 'us-central1')")
+    return DEFAULT_API_ROOT.format(location=location)
+
+
+def is_loopback_http(api_endpoint: str | None) -> bool:
+    """True for ``http://`` to localhost/127.0.0.0/8/::1: a local emulator, no credentials."""
+    if not api_endpoint or not api_endpoint.strip().lower().startswith("http://"):
+        return False
+    host = urlsplit(api_endpoint.strip()).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token_transport(api_endpoint: str | None) -> None:
+    """Refuse to send a bearer token over plain http anywhere but this machine."""
+    if api_endpoint and api_endpoint.strip().lower().startswith("http://") and not is_loopback_http(api_endpoint):
+        raise ValueError(
+            f"api_endpoint {api_endpoint!r} is plain http to a remote host: an OAuth token sent there "
+            "travels unencrypted and can be stolen. Use https, or http only to localhost/127.0.0.1 "
+            "(an emulator, which needs no credentials)"
+        )
+
+
+def location_of(name: str) -> str:
+    """``projects/p/locations/us-east4/customJobs/1`` -> ``us-east4``."""
+    match = _NAME.match(name or "")
+    if not match:
+        raise ValueError(f"{name!r} is not a resource name like 'projects/P/locations/L/...'")
+    return match.group(2)
+
+
+# --------------------------------------------------------------------------- calls
+
+
+class Safety(enum.Enum):
+    """May the call be sent twice? Decides what the retry classifier allows."""
+
+    IDEMPOTENT = "idempotent"  # get/list/cancel/delete, and creates that carry a client-chosen id
+    CREATE = "create"  # customJobs.create: the server picks the id, a repeat makes a second job
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    rpc: str
+    method: str
+    path: str
+    location: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    safety: Safety = Safety.IDEMPOTENT
+
+
+# Output-only fields: the service sets them; sending them back is at best ignored.
+_JOB_OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error",
+                    "webAccessUris", "satisfiesPzs", "satisfiesPzi")
+_RESOURCE_OUTPUT_ONLY = ("name", "state", "error", "createTime", "startTime", "updateTime")
+
+
+class VertexApi:
+    """Builds an :class:`ApiCall` per REST method, and turns calls into URLs."""
+
+    def __init__(self, api_endpoint: str | None = None):
+        self.api_endpoint = normalize_endpoint(api_endpoint) if api_endpoint else None
+
+    def url(self, call: ApiCall) -> str:
+        root = api_root(call.location, self.api_endpoint)
+        path = quote(call.path.lstrip("/"), safe="/:@-._~")
+        params = {k: v for k, v in call.params.items() if v is not None}
+        return root + path + ("?" + urlencode(params, quote_via=quote) if params else "")
+
+    def request_info(self, call: ApiCall) -> ApiRequestInfo:
+        return ApiRequestInfo(method=call.method, url=self.url(call), rpc=call.rpc)
+
+    # --- customJobs
+
+    def create_custom_job(self, parent_or_project_location: str | tuple[str, str],
+                          job: CustomJob | Mapping[str, Any]) -> ApiCall:
+        """``parent`` is ``projects/P/locations/L`` or a ``(project, location)`` pair.
+        The job is checked against :mod:`rules` first: a bad spec never reaches the wire."""
+        parent = _parent(parent_or_project_location)
+        job = job if isinstance(job, CustomJob) else CustomJob.model_validate(job)
+        validate_custom_job(job)
+        body = _without(job.to_api(), _JOB_OUTPUT_ONLY)
+        return ApiCall("customJobs.create", "POST", f"{parent}/customJobs", location_of(parent),
+                       body=body, safety=Safety.CREATE)
+
+    def get_custom_job(self, name: str) -> ApiCall:
+        return ApiCall("customJobs.get", "GET", name, location_of(name))
+
+    def list_custom_jobs(self, parent: str, filter: str | None = None, page_size: int | None = None,
+                         page_token: str | None = None, read_mask: str | None = None) -> ApiCall:
+        params = {"filter": filter, "pageSize": page_size, "pageToken": page_token, "readMask": read_mask}
+        return ApiCall("customJobs.list", "GET", f"{parent}/customJobs", location_of(parent), params=params)
+
+    def cancel_custom_job(self, name: str) -> ApiCall:
+        return ApiCall("customJobs.cancel", "POST", f"{name}:cancel", location_of(name), body={})
+
+    def delete_custom_job(self, name: str) -> ApiCall:
+        return ApiCall("customJobs.delete", "DELETE", name, location_of(name))
+
+    # --- persistentResources
+
+    def create_persistent_resource(self, parent: str, resource: PersistentResource | Mapping[str, Any],
+                                   resource_id: str) -> ApiCall:
+        # Safe to retry: the client picks the id, so a repeat gets 409 instead of a twin.
+        resource = (resource if isinstance(resource, PersistentResource)
+                    else PersistentResource.model_validate(resource))
+        violations = check_persistent_resource(resource, resource_id)
+        if violations:
+            raise SpecError(violations, "persistent resource")
+        body = _without(resource.to_api(), _RESOURCE_OUTPUT_ONLY)
+        for pool in body.get("resourcePools", []):
+            pool.pop("usedReplicaCount", None)
+        return ApiCall("persistentResources.create", "POST", f"{parent}/persistentResources",
+                       location_of(parent), params={"persistentResourceId": resource_id}, body=body)
+
+    def get_persistent_resource(self, name: str) -> ApiCall:
+        return ApiCall("persistentResources.get", "GET", name, location_of(name))
+
+    def list_persistent_resources(self, parent: str, page_size: int | None = None,
+                                  page_token: str | None = None) -> ApiCall:
+        return ApiCall("persistentResources.list", "GET", f"{parent}/persistentResources", location_of(parent),
+                       params={"pageSize": page_size, "pageToken": page_token})
+
+    def delete_persistent_resource(self, name: str) -> ApiCall:
+        return ApiCall("persistentResources.delete", "DELETE", name, location_of(name))
+
+    # --- operations
+
+    def get_operation(self, name: str) -> ApiCall:
+        return ApiCall("operations.get", "GET", name, location_of(name))
+
+
+def _parent(parent_or_project_location: str | tuple[str, str]) -> str:
+    if isinstance(parent_or_project_location, tuple):
+        project, location = parent_or_project_location
+        return f"projects/{project}/locations/{location}"
+    location_of(parent_or_project_location)  # raises on a malformed parent
+    return parent_or_project_location.rstrip("/")
+
+
+def _without(body: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in keys}
+
+
+# --------------------------------------------------------------------------- errors
+
+# google.rpc.Code: number -> (name, HTTP status), from vertex-api.md.
+RPC_CODES: dict[int, tuple[str, int]] = {
+    1: ("CANCELLED", 499), 2: ("UNKNOWN", 500), 3: ("INVALID_ARGUMENT", 400),
+    4: ("DEADLINE_EXCEEDED", 504), 5: ("NOT_FOUND", 404), 6: ("ALREADY_EXISTS", 409),
+    7: ("PERMISSION_DENIED", 403), 8: ("RESOURCE_EXHAUSTED", 429), 9: ("FAILED_PRECONDITION", 400),
+    10: ("ABORTED", 409), 11: ("OUT_OF_RANGE", 400), 12: ("UNIMPLEMENTED", 501), 13: ("INTERNAL", 500),
+    14: ("UNAVAILABLE", 503), 15: ("DATA_LOSS", 500), 16: ("UNAUTHENTICATED", 401),
+}
+
+
+def error_class(status_code: int) -> type[VertexApiError]:
+    if status_code == 400:
+        return InvalidArgumentError
+    if status_code in (401, 403):
+        return PermissionDeniedError
+    if status_code == 404:
+        return NotFoundError
+    if status_code == 409:
+        return AlreadyExistsError
+    if status_code == 429:
+        return QuotaExceededError
+    if status_code == 503:
+        return UnavailableError
+    if status_code >= 500:
+        return ServerError
+    return VertexApiError
+
+
+def error_from_response(status_code: int, body: bytes | str | Mapping[str, Any] | list | None,
+                        request: ApiRequestInfo | None = None,
+                        retry_after_header: str | None = None) -> VertexApiError:
+    """Map an error response (Google's ``{"error": {code, message, status, details}}`` or
+    anything else a proxy may send) to the matching :class:`VertexApiError` subclass."""
+    data = _json_or_none(body)
+    if isinstance(data, list) and data:  # some Google front ends wrap the error in a list
+        data = data[0]
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        message = str(error.get("message") or "")
+        rpc_status = error.get("status") or None
+        details = [d for d in error.get("details") or [] if isinstance(d, dict)]
+    else:
+        message, rpc_status, details = _text_of(body), None, []
+    retry_after = parse_retry_after(retry_after_header)
+    if retry_after is None:
+        retry_after = _retry_info_delay(details)
+    return error_class(status_code)(status_code, rpc_status, message or "(no message)", request, details,
+                                    retry_after)
+
+
+def error_from_status(status: Status, request: ApiRequestInfo | None = None) -> VertexApiError:
+    """An rpc Status (an Operation's or a job's ``error``) as the matching error class."""
+    name, http_status = RPC_CODES.get(status.code or 0, ("UNKNOWN", 500))
+    return error_class(http_status)(http_status, name, status.message or "(no message)", request,
+                                    status.details or [])
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """``Retry-After``: delay-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _retry_info_delay(details: list[dict[str, Any]]) -> float | None:
+    for detail in details:
+        if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo") and detail.get("retryDelay"):
+            try:
+                return max(0.0, parse_duration(detail["retryDelay"]).total_seconds())
+            except ValueError:
+                return None
+    return None
+
+
+def _json_or_none(body: Any) -> Any:
+    if body is None or isinstance(body, (dict, list)):
+        return body
+    try:
+        return json.loads(body)
+    except (ValueError, TypeError):
+        return None
+
+
+def _text_of(body: Any, limit: int = 300) -> str:
+    if isinstance(body, (bytes, bytearray)):
+        body = bytes(body).decode("utf-8", errors="replace")
+    elif isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    text = " ".join(str(body or "").split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --------------------------------------------------------------------------- retries
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter, within a total time budget (seconds)."""
+
+    initial: float = 1.0
+    maximum: float = 30.0
+    multiplier: float = 2.0
+    deadline: float = 120.0
+
+    def __post_init__(self) -> None:
+        if min(self.initial, self.maximum, self.deadline) < 0 or self.multiplier < 1:
+            raise ValueError("RetryPolicy needs initial, maximum, deadline >= 0 and multiplier >= 1")
+
+    def cap(self, attempt: int) -> float:
+        """Largest delay after failed attempt number ``attempt`` (0 = the first failure)."""
+        try:
+            return min(self.maximum, self.initial * self.multiplier ** max(0, attempt))
+        except OverflowError:
+            return self.maximum
+
+    def backoff(self, attempt: int, rng: _Rng) -> float:
+        return rng.uniform(0, self.cap(attempt))
+
+
+class _Rng(Protocol):
+    def uniform(self, a: float, b: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class Retry:
+    delay: float
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    error: VertexError  # what the face raises: the last error, or an AmbiguousCreateError
+
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+def next_step(call: ApiCall, error: VertexError, attempt: int, elapsed: float,
+              policy: RetryPolicy, rng: _Rng) -> Retry | GiveUp:
+    """The one retry classifier. ``attempt`` counts failures before this one (0 first);
+    ``elapsed`` is seconds since the first send."""
+    if call.safety is Safety.CREATE:
+        # Retry a create only when the failure proves no job was made: a quota rejection,
+        # or a connection that never opened. Anything else may have created the job.
+        safe = (isinstance(error, QuotaExceededError)
+                or (isinstance(error, VertexTransportError) and error.kind == "connect"))
+        if not safe:
+            if isinstance(error, (ServerError, VertexTransportError)):
+                return GiveUp(AmbiguousCreateError(error))
+            return GiveUp(error)
+    elif not (isinstance(error, VertexTransportError)
+              or (isinstance(error, VertexApiError) and error.status_code in RETRYABLE_STATUS)):
+        return GiveUp(error)
+    delay = policy.backoff(attempt, rng)
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    if elapsed + delay > policy.deadline:
+        return GiveUp(error)
+    return Retry(delay)
+
+
+class RetryState:
+    """Counts attempts and time for one logical call; both faces loop on :meth:`after`."""
+
+    def __init__(self, call: ApiCall, policy: RetryPolicy, rng: _Rng,
+                 clock: Callable[[], float] = time.monotonic):
+        self.call, self.policy, self.rng, self.clock = call, policy, rng, clock
+        self.attempt = 0
+        self.started = clock()
+
+    def after(self, error: VertexError) -> Retry | GiveUp:
+        step = next_step(self.call, error, self.attempt, self.clock() - self.started, self.policy, self.rng)
+        if isinstance(step, Retry):
+            self.attempt += 1
+            log.info("retrying %s after %s (attempt %d) in %.2fs",
+                     self.call.rpc, _short(error), self.attempt, step.delay)
+        return step
+
+
+def _short(error: VertexError) -> str:
+    if isinstance(error, VertexApiError):
+        return f"{error.status_code} {error.rpc_status or ''}".strip()
+    if isinstance(error, VertexTransportError):
+        return f"{error.kind} error"
+    return type(error).__name__
+
+
+# --------------------------------------------------------------------------- the method list
+
+
+class ClientMethods:
+    """The client methods both faces share. Each body is ``self._execute(call, parse)``: the
+    sync face returns the parsed value, the async face returns an awaitable of it, so
+    ``client.get_custom_job(name)`` and ``await aclient.get_custom_job(name)`` both work.
+    Paging iterators and ``wait_operation`` differ in kind and live in each face."""
+
+    api: VertexApi
+    project: str | None
+    location: str
+
+    def _execute(self, call: ApiCall, parse: Callable[[Any], T]) -> T:
+        raise NotImplementedError
+
+    def _parent(self, project: str | None = None, location: str | None = None) -> str:
+        project = project or self.project
+        if not project:
+            raise ValueError("no project: pass project= to the client or to the call")
+        return f"projects/{project}/locations/{location or self.location}"
+
+    def _expand(self, name_or_id: str, collection: str) -> str:
+        """A bare id becomes ``projects/P/locations/L/{collection}/{id}`` with our defaults."""
+        return name_or_id if "/" in name_or_id else f"{self._parent()}/{collection}/{name_or_id}"
+
+    # --- customJobs
+
+    def create_custom_job(self, job: CustomJob | Mapping[str, Any], project: str | None = None,
+                          location: str | None = None) -> CustomJob:
+        """Create a job. Raises :class:`SpecError` before sending a bad spec, and
+        :class:`AmbiguousCreateError` when the outcome is unknown (reconcile by label)."""
+        call = self.api.create_custom_job(self._parent(project, location), job)
+        return self._execute(call, CustomJob.model_validate)
+
+    def get_custom_job(self, name: str) -> CustomJob:
+        return self._execute(self.api.get_custom_job(self._expand(name, "customJobs")), CustomJob.model_validate)
+
+    def list_custom_jobs_page(self, filter: str | None = None, page_size: int | None = None,
+                              page_token: str | None = None, read_mask: str | None = None,
+                              project: str | None = None, location: str | None = None) -> ListCustomJobsResponse:
+        call = self.api.list_custom_jobs(self._parent(project, location), filter, page_size, page_token, read_mask)
+        return self._execute(call, ListCustomJobsResponse.model_validate)
+
+    def cancel_custom_job(self, name: str) -> None:
+        return self._execute(self.api.cancel_custom_job(self._expand(name, "customJobs")), _ignore)
+
+    def delete_custom_job(self, name: str) -> Operation:
+        return self._execute(self.api.delete_custom_job(self._expand(name, "customJobs")), Operation.model_validate)
+
+    # --- persistentResources
+
+    def create_persistent_resource(self, resource: PersistentResource | Mapping[str, Any], resource_id: str,
+                                   project: str | None = None, location: str | None = None) -> Operation:
+        call = self.api.create_persistent_resource(self._parent(project, location), resource, resource_id)
+        return self._execute(call, Operation.model_validate)
+
+    def get_persistent_resource(self, name_or_id: str) -> PersistentResource:
+        call = self.api.get_persistent_resource(self._expand(name_or_id, "persistentResources"))
+        return self._execute(call, PersistentResource.model_validate)
+
+    def list_persistent_resources_page(self, page_size: int | None = None, page_token: str | None = None,
+                                       project: str | None = None,
+                                       location: str | None = None) -> ListPersistentResourcesResponse:
+        call = self.api.list_persistent_resources(self._parent(project, location), page_size, page_token)
+        return self._execute(call, ListPersistentResourcesResponse.model_validate)
+
+    def delete_persistent_resource(self, name_or_id: str) -> Operation:
+        call = self.api.delete_persistent_resource(self._expand(name_or_id, "persistentResources"))
+        return self._execute(call, Operation.model_validate)
+
+    # --- operations
+
+    def get_operation(self, name: str) -> Operation:
+        return self._execute(self.api.get_operation(name), Operation.model_validate)
+
+
+def _ignore(_: Any) -> None:
+    return None
+
+
+def parse_success_body(content: bytes, request: ApiRequestInfo) -> Any:
+    """A 2xx body as JSON. A broken body is a protocol error: it goes through the classifier
+    like a reset would (a create that got a 200 with garbage probably made the job)."""
+    if not content.strip():
+        return {}
+    try:
+        return json.loads(content)
+    except ValueError:
+        raise VertexTransportError(
+            "protocol", request, f"2xx response is not JSON: {_text_of(content, 120)}") from None
