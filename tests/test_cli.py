@@ -1,0 +1,82 @@
+"""The command line, as a user runs it: `airflow-gpu-sched emulator` in its own process, driven by curl."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA
+
+CLI = [sys.executable, "-m", "airflow_gpu_sched.cli"]
+
+
+@pytest.fixture
+def emulator_process(tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("seed: 1\nspeed: 1\ncapacity:\n  - {location: us-central1, acceleratorType: NVIDIA_L4, flexStart: 2}\n")
+    process = subprocess.Popen([*CLI, "emulator", "--port", "0", "--scenario", str(scenario), "--speed", "50"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert first.startswith("Vertex AI emulator listening on http://127.0.0.1:")
+        yield first.strip().rsplit(" ", 1)[-1]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def curl(*args: str) -> tuple[int, dict]:
+    out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", *args], capture_output=True, text=True,
+                         check=True).stdout
+    body, _, code = out.rpartition("\n")
+    return int(code), json.loads(body)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+def test_emulator_serves_seeds_rejects_t4_and_filters_by_label(emulator_process, tmp_path):
+    jobs = f"{emulator_process}/v1/projects/p/locations/us-central1/customJobs"
+    for seed in ("seed_000_flex_start.json", "seed_001_spot.json"):
+        body = json.loads((DATA / seed).read_text())
+        body["labels"] = {"seed": seed[:8].replace("_", "-")}
+        path = tmp_path / seed
+        path.write_text(json.dumps(body))
+        code, created = curl("-X", "POST", "-H", "Content-Type: application/json", "-d", f"@{path}", jobs)
+        assert code == 200 and created["state"] == "JOB_STATE_QUEUED"
+
+    t4 = json.loads((DATA / "seed_000_flex_start.json").read_text())
+    t4["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(machineType="n1-standard-4",
+                                                               acceleratorType="NVIDIA_TESLA_T4")
+    code, error = curl("-X", "POST", "-d", json.dumps(t4), jobs)
+    assert code == 400 and "acceleratorType" in error["error"]["message"]
+
+    code, listed = curl("-G", "--data-urlencode", 'filter=labels.seed="seed-001"', jobs)
+    assert code == 200 and [j["displayName"] for j in listed["customJobs"]] == ["JOB_NAME"]
+
+    code, stats = curl(f"{emulator_process}/emulator/v1/stats")
+    assert stats["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}
+    assert {"location": "us-central1", "acceleratorType": "NVIDIA_L4",
+            "standard": {"total": 64, "used": 0}, "spot": {"total": 64, "used": 0},
+            "flexStart": {"total": 2, "used": 0}} in stats["capacity"]
+    code, clock = curl(f"{emulator_process}/emulator/v1/clock")
+    assert clock["speed"] == 50  # --speed overrides the scenario's
+
+
+def test_emulator_refuses_a_non_loopback_host_unless_asked():
+    result = subprocess.run([*CLI, "emulator", "--host", "0.0.0.0", "--port", "0"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and "loopback only" in result.stderr
+
+
+def test_demo_runs_each_strategy_to_success():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run([*CLI, "demo", "--speed", "600"], capture_output=True, text=True, timeout=300,
+                            env=env, cwd=Path(__file__).parent.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "All three jobs succeeded." in result.stdout
+    assert "spot        preempted" in result.stdout
