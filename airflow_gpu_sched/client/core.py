@@ -90,7 +90,11 @@ def is_loopback_http(api_endpoint: str | None) -> bool:
     """True for ``http://`` to localhost/127.0.0.0/8/::1: a local emulator, no credentials."""
     if not api_endpoint or not api_endpoint.strip().lower().startswith("http://"):
         return False
-    host = urlsplit(api_endpoint.strip()).hostname or ""
+    return is_loopback_host(urlsplit(api_endpoint.strip()).hostname or "")
+
+
+def is_loopback_host(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1 (the emulator binds only these unless told otherwise)."""
     if host == "localhost":
         return True
     try:

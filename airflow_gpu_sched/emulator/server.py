@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import threading
 import time
 
 import uvicorn
 
+from airflow_gpu_sched.client.core import is_loopback_host
 from airflow_gpu_sched.emulator.app import create_app
 from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.scenario import Scenario
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -41,7 +32,7 @@ class EmulatorServer:
 
     def __init__(self, scenario: Scenario | None = None, host: str = "127.0.0.1", port: int = 0,
                  allow_remote: bool = False):
-        if not allow_remote and not is_loopback(host):
+        if not allow_remote and not is_loopback_host(host):
             raise ValueError(f"the emulator serves loopback only; pass allow_remote=True to bind {host}")
         self.backend = Backend(scenario)
         self._socket = _bind(host, port)
