@@ -16,6 +16,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
+
 from airflow_gpu_sched import catalog
 from airflow_gpu_sched.models import (
     CustomJob,
@@ -51,6 +54,17 @@ class SpecError(ValueError):
         self.violations = list(violations)
         lines = "\n".join(f"  - {v}" for v in self.violations)
         super().__init__(f"invalid {what} ({len(self.violations)} problem(s)):\n{lines}")
+
+
+def parse_violations(error: ValidationError) -> list[Violation]:
+    """A body that does not even parse, as violations with wire (camelCase) paths."""
+    found = []
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else ("." if path else "") + to_camel(str(part))
+        found.append(Violation(path or "body", item["msg"]))
+    return found
 
 
 # --------------------------------------------------------------------------- custom jobs

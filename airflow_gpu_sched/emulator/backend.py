@@ -55,6 +55,7 @@ from airflow_gpu_sched.rules import (
     check_custom_job,
     check_persistent_fit,
     check_persistent_resource,
+    parse_violations,
 )
 
 S = JobState
@@ -348,7 +349,7 @@ class Backend:
         try:
             job = CustomJob.model_validate(body)
         except ValidationError as exc:
-            raise violations_error([Violation(_wire_path(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+            raise violations_error(parse_violations(exc)) from None
         found = check_custom_job(job)
         if found:
             raise violations_error(found)
@@ -491,7 +492,7 @@ class Backend:
         try:
             resource = PersistentResource.model_validate(body)
         except ValidationError as exc:
-            raise violations_error([Violation(_wire_path(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+            raise violations_error(parse_violations(exc)) from None
         found = check_persistent_resource(resource, resource_id)
         if found:
             raise violations_error(found)
@@ -615,18 +616,6 @@ class Backend:
 
     def _describe_demand(self, record: JobRecord) -> str:
         return ", ".join(f"{n} x {a}" for a, n in record.demand.items()) + f" in {record.location}"
-
-
-def _wire_path(loc: tuple) -> str:
-    from pydantic.alias_generators import to_camel
-
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += ("." if path else "") + to_camel(str(part))
-    return path or "body"
 
 
 def _encode_token(position: int, filter_text: str) -> str:

@@ -1,0 +1,76 @@
+"""Wait, run and GPU-hour figures per attempt and per task, from the jobs' own timestamps.
+
+- queued_seconds: createTime -> startTime (first RUNNING), or -> endTime for a job that never ran;
+- run_seconds: startTime -> endTime (for a SPOT job this includes the gaps of the service's
+  own restarts, which the API does not show apart);
+- gpu_hours: accelerators per replica x replicas x run time, summed over the job's pools.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow_gpu_sched.models import CustomJob, format_timestamp
+
+RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "queued_seconds",
+               "run_seconds", "gpu_hours", "console_url", "base_output_dir")
+ATTEMPT_KEYS = ("job_name", "strategy", "state", "create_time", "start_time", "end_time",
+                "queued_seconds", "run_seconds", "error")
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float:
+    if start is None or end is None:
+        return 0.0
+    return max(0.0, round((end - start).total_seconds(), 3))
+
+
+def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restarts: int = 0) -> dict[str, Any]:
+    """One attempt, JSON-safe, as the submission ledger keeps it (XCom shows ATTEMPT_KEYS)."""
+    queued_until = job.start_time or job.end_time
+    run = _seconds(job.start_time, job.end_time)
+    gpus = sum(count * replicas for count, replicas in _gpus_per_pool(job))
+    return {
+        "job_name": job.name,
+        "strategy": strategy,
+        "state": job.state.value if job.state else None,
+        "create_time": format_timestamp(job.create_time) if job.create_time else None,
+        "start_time": format_timestamp(job.start_time) if job.start_time else None,
+        "end_time": format_timestamp(job.end_time) if job.end_time else None,
+        "queued_seconds": _seconds(job.create_time, queued_until),
+        "run_seconds": run,
+        "gpu_hours": round(gpus * run / 3600.0, 4),
+        "restarts_observed": observed_restarts,
+        "outcome": outcome,
+        "error": job.error.message if job.error and job.error.message else None,
+    }
+
+
+def _gpus_per_pool(job: CustomJob) -> list[tuple[int, int]]:
+    return [((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0, pool.replicas)
+            for _, pool in job.job_spec.active_pools()]
+
+
+def console_url(job_name: str) -> str:
+    """The Google Cloud console page of a custom job."""
+    parts = job_name.split("/")  # projects/P/locations/L/customJobs/ID
+    project, location, job_id = parts[1], parts[3], parts[5]
+    return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}/cpu"
+            f"?project={project}")
+
+
+def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_dir: str | None) -> dict[str, Any]:
+    """The task's return value (XCom): exactly :data:`RESULT_KEYS`."""
+    last = attempts[-1]
+    return {
+        "job_name": last["job_name"],
+        "state": last["state"],
+        "strategy": last["strategy"],
+        "attempts": [{k: a.get(k) for k in ATTEMPT_KEYS} for a in attempts],
+        "preemptions": preemptions,
+        "queued_seconds": round(sum(a["queued_seconds"] for a in attempts), 3),
+        "run_seconds": round(sum(a["run_seconds"] for a in attempts), 3),
+        "gpu_hours": round(sum(a["gpu_hours"] for a in attempts), 4),
+        "console_url": console_url(last["job_name"]),
+        "base_output_dir": base_output_dir,
+    }

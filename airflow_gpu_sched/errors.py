@@ -1,0 +1,69 @@
+"""Errors a training task fails with: typed, so a DAG (or a human) can tell why.
+
+```
+AirflowException
+├── GpuTrainingError                  the training job did not succeed
+│   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout)
+│   ├── TrainingJobCancelled              someone cancelled the job outside this task
+│   ├── CapacityWaitExpired               FLEX_START: maxWaitDuration passed before the GPUs came
+│   ├── PreemptionBudgetExhausted         SPOT: preempted past the service's restarts, max_preemption_retries times
+│   ├── PersistentResourceUnavailable     the persistent resource is in ERROR or STOPPING
+│   ├── PersistentCapacityTimeout         the pool stayed busy past capacity_wait_timeout
+│   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
+└── AirflowFailException (no Airflow retry: retrying cannot help)
+    └── InvalidTrainingSpec               the spec breaks a rule; raised before any GPU is requested
+```
+Every message carries the job name and the service's ``error.message`` where there is one.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+
+class GpuTrainingError(AirflowException):
+    def __init__(self, message: str, job_name: str | None = None, job_error: str | None = None):
+        self.job_name, self.job_error = job_name, job_error
+        parts = [message]
+        if job_name:
+            parts.append(f"job: {job_name}")
+        if job_error:
+            parts.append(f"Vertex AI says: {job_error}")
+        super().__init__(" | ".join(parts))
+
+
+class TrainingJobFailed(GpuTrainingError):
+    pass
+
+
+class TrainingJobCancelled(GpuTrainingError):
+    pass
+
+
+class CapacityWaitExpired(GpuTrainingError):
+    pass
+
+
+class PreemptionBudgetExhausted(GpuTrainingError):
+    pass
+
+
+class PersistentResourceUnavailable(GpuTrainingError):
+    pass
+
+
+class PersistentCapacityTimeout(GpuTrainingError):
+    pass
+
+
+class VertexUnreachable(GpuTrainingError):
+    pass
+
+
+class InvalidTrainingSpec(AirflowFailException):
+    """The job spec breaks rules (``violations``: every one, each naming its field)."""
+
+    def __init__(self, violations: list, what: str = "training job"):
+        self.violations = list(violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(f"invalid {what} ({len(self.violations)} problem(s)):\n{lines}")

@@ -1,0 +1,96 @@
+"""What a task instance has submitted, kept in Airflow 3.3's ``task_state_store`` across tries.
+
+The store is scoped to (dag, run, task, map index) and survives retries, worker deaths and
+clears. The ledger holds one "training run" of the task:
+
+    {"run": <uuid>, "submission_key": <uuid hex>, "job_name": <name or null>,
+     "attempts": [<finished attempt records>], "preemptions": n, "completed": false}
+
+- Before a create, a fresh submission key is saved; it also goes on the job as a label, so a
+  try that died between the create and saving the job name finds the job by label.
+- After the create, the job name is saved.
+- When the task succeeds, ``completed`` is set: a later try of the same task instance (a
+  user clearing a task that succeeded) starts a new training run instead of re-attaching.
+Without a ``task_state_store`` (older Airflow), an in-memory one is used: no crash recovery.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+LEDGER_KEY = "airflow_gpu_sched.ledger"
+SUBMISSION_LABEL = "gpu-sched-submission"
+MANAGED_LABEL = "managed-by"
+MANAGED_VALUE = "airflow-gpu-sched"
+
+
+class _MemoryStore:
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def set(self, key: str, value: Any, **_: Any) -> None:
+        self._data[key] = value
+
+
+class SubmissionLedger:
+    def __init__(self, store: Any | None):
+        self.durable = store is not None
+        self._store = store if store is not None else _MemoryStore()
+        self.data: dict[str, Any] = dict(self._store.get(LEDGER_KEY) or {})
+        if not self.data or self.data.get("completed"):
+            self.data = {"run": uuid.uuid4().hex, "submission_key": None, "job_name": None,
+                         "attempts": [], "preemptions": 0, "completed": False}
+
+    @classmethod
+    def from_context(cls, context: Any) -> SubmissionLedger:
+        return cls(context.get("task_state_store") if hasattr(context, "get") else None)
+
+    def _save(self) -> None:
+        try:
+            from airflow.sdk.execution_time.context import NEVER_EXPIRE
+
+            self._store.set(LEDGER_KEY, self.data, retention=NEVER_EXPIRE)
+        except ImportError:
+            self._store.set(LEDGER_KEY, self.data)
+
+    @property
+    def job_name(self) -> str | None:
+        return self.data.get("job_name")
+
+    @property
+    def submission_key(self) -> str | None:
+        return self.data.get("submission_key")
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        return list(self.data.get("attempts", []))
+
+    @property
+    def preemptions(self) -> int:
+        return int(self.data.get("preemptions", 0))
+
+    def new_submission(self) -> str:
+        """A fresh key for the next create, saved before the create is sent."""
+        key = uuid.uuid4().hex
+        self.data.update(submission_key=key, job_name=None)
+        self._save()
+        return key
+
+    def record_job(self, job_name: str) -> None:
+        self.data["job_name"] = job_name
+        self._save()
+
+    def finish_attempt(self, record: dict[str, Any], preemptions: int = 0, completed: bool = False) -> None:
+        """Close the current attempt (its job ended), in one write: the next create needs a
+        new key, and a successful task is marked completed at the same time."""
+        self.data["attempts"] = [*self.attempts, record]
+        self.data["preemptions"] = self.preemptions + preemptions
+        self.data.update(submission_key=None, job_name=None, completed=completed)
+        self._save()
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for a in self.attempts if a.get("outcome") == outcome)

@@ -1,0 +1,87 @@
+"""Wait until a persistent resource has free replicas for a job's pools, before submitting it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_gpu_sched.outcomes import Event, error_event
+from airflow_gpu_sched.triggers.job import async_client
+from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW, JobWatch
+
+WAITING_STATES = {"PROVISIONING", "REBOOTING", "UPDATING", "STATE_UNSPECIFIED"}
+FAILED_STATES = {"ERROR", "STOPPING"}
+
+
+class PersistentCapacityTrigger(BaseTrigger):
+    """Yields ``capacity_available`` when the resource is RUNNING and every pool the job needs
+    has its replicas free; ``capacity_timeout`` at ``deadline`` (epoch seconds, so it holds
+    across triggerer restarts); ``failed`` when the resource goes to ERROR/STOPPING or no
+    longer fits the job; ``error`` when the API stays unreachable."""
+
+    def __init__(self, resource_name: str, job_spec: dict[str, Any], deadline: float | None,
+                 gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
+                 transient_error_window: float = TRANSIENT_ERROR_WINDOW):
+        super().__init__()
+        self.resource_name = resource_name
+        self.job_spec = job_spec
+        self.deadline = deadline
+        self.gcp_conn_id = gcp_conn_id
+        self.poll_interval = float(poll_interval)
+        self.transient_error_window = float(transient_error_window)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "resource_name": self.resource_name, "job_spec": self.job_spec, "deadline": self.deadline,
+            "gcp_conn_id": self.gcp_conn_id, "poll_interval": self.poll_interval,
+            "transient_error_window": self.transient_error_window,
+        })
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_gpu_sched.client import VertexError
+        from airflow_gpu_sched.models import CustomJobSpec
+        from airflow_gpu_sched.rules import check_persistent_fit
+
+        spec = CustomJobSpec.model_validate(self.job_spec)
+        client = await async_client(self.resource_name, self.gcp_conn_id, self.poll_interval)
+        watch = JobWatch(self.resource_name, self.transient_error_window)
+        last_note = None
+        while True:
+            try:
+                resource = await client.get_persistent_resource(self.resource_name)
+            except VertexError as exc:
+                if watch.failed_poll(exc):
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                yield TriggerEvent(error_event(watch.unreachable_message(exc)))
+                return
+            watch.last_ok = watch.clock()
+            state = resource.state.value if resource.state else "STATE_UNSPECIFIED"
+            if state in FAILED_STATES:
+                message = resource.error.message if resource.error and resource.error.message else state
+                yield TriggerEvent({"status": Event.FAILED.value, "message": f"{self.resource_name} is {state}: {message}"})
+                return
+            note = f"{self.resource_name} is {state}"
+            if state == "RUNNING":
+                fit = check_persistent_fit(spec, resource)
+                if fit.mismatches:
+                    yield TriggerEvent({"status": Event.FAILED.value,
+                                        "message": "; ".join(str(v) for v in fit.mismatches)})
+                    return
+                if fit.runs_now:
+                    yield TriggerEvent({"status": Event.CAPACITY_AVAILABLE.value, "message": note})
+                    return
+                note = "; ".join(f"pool {s.resource_pool_id}: {s.free} free of {s.wanted} wanted"
+                                 for s in fit.shortages)
+            if note != last_note:
+                self.log.info("waiting for capacity: %s", note)
+                last_note = note
+            if self.deadline is not None and time.time() >= self.deadline:
+                yield TriggerEvent({"status": Event.CAPACITY_TIMEOUT.value,
+                                    "message": f"capacity_wait_timeout passed; last seen: {note}"})
+                return
+            await asyncio.sleep(self.poll_interval)

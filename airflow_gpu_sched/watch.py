@@ -1,0 +1,56 @@
+"""What a poller remembers about one job between polls; shared by triggers and sync mode.
+
+It turns each poll into at most one log line (a state change, with the time spent in the
+previous state), counts the service's SPOT restarts it can see (RUNNING -> QUEUED/PENDING),
+and keeps the transient-error window: API errors are tolerated until ``window`` seconds have
+passed since the last successful poll.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_gpu_sched.models import CustomJob, JobState
+
+_BACK_TO_WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}
+
+TRANSIENT_ERROR_WINDOW = 600.0  # seconds of failing polls tolerated before "Vertex unreachable"
+
+
+class JobWatch:
+    def __init__(self, job_name: str, transient_error_window: float = TRANSIENT_ERROR_WINDOW,
+                 clock=time.monotonic, observed_restarts: int = 0):
+        self.job_name = job_name
+        self.window = transient_error_window
+        self.clock = clock
+        self.state: JobState | None = None
+        self.since = clock()
+        self.last_ok = clock()
+        self.observed_restarts = observed_restarts
+        self.failures = 0
+
+    def observe(self, job: CustomJob) -> str | None:
+        """Record a successful poll; returns a log line when the state changed."""
+        now = self.clock()
+        self.last_ok, self.failures = now, 0
+        if job.state == self.state:
+            return None
+        line = f"{self.job_name}: {job.state.value if job.state else '?'}"
+        if self.state is not None:
+            line += f" after {now - self.since:.0f}s in {self.state.value}"
+            if self.state is JobState.JOB_STATE_RUNNING and job.state in _BACK_TO_WAITING:
+                self.observed_restarts += 1
+                line += f" (preempted; service restart #{self.observed_restarts})"
+        self.state, self.since = job.state, now
+        return line
+
+    def failed_poll(self, error: Exception) -> bool:
+        """Record a failed poll; True while still inside the transient-error window."""
+        self.failures += 1
+        return self.clock() - self.last_ok < self.window
+
+    def unreachable_message(self, error: Any) -> str:
+        return (f"Vertex AI unreachable: polls of {self.job_name} failed for "
+                f"{self.clock() - self.last_ok:.0f}s (transient-error window {self.window:.0f}s, "
+                f"{self.failures} failures); last error: {error}")
