@@ -1,0 +1,157 @@
+"""Triggers at the wire: run against the emulator as the triggerer would run them."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+import time
+
+import pytest
+import requests
+
+from airflow_gpu_sched.client import VertexClient
+from airflow_gpu_sched.triggers import CustomJobTrigger, PersistentCapacityTrigger
+from tests.conftest import LOCATION, PROJECT
+
+PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
+
+
+def _job(strategy="STANDARD", run_seconds=30, exit_code=None, **scheduling) -> dict:
+    env = [{"name": "EMULATOR_RUN_SECONDS", "value": str(run_seconds)}]
+    if exit_code is not None:
+        env.append({"name": "EMULATOR_EXIT_CODE", "value": str(exit_code)})
+    return {"displayName": "t", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1},
+        "replicaCount": "1", "containerSpec": {"imageUri": "gcr.io/p/t:1", "env": env}}],
+        "scheduling": {"strategy": strategy, **scheduling}}}
+
+
+def _create(emulator, body) -> str:
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
+        return client.create_custom_job(body).name
+
+
+async def _first(trigger, timeout=30.0) -> dict:
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+    return await asyncio.wait_for(first(), timeout)
+
+
+@pytest.mark.parametrize("trigger", [
+    CustomJobTrigger("projects/p/locations/l/customJobs/1", "my_conn", 5.0, 60.0, 2),
+    PersistentCapacityTrigger("projects/p/locations/l/persistentResources/r", {"workerPoolSpecs": []}, 1.5e9,
+                              "my_conn", 3.0, 30.0),
+], ids=["job", "capacity"])
+def test_serialize_round_trips(trigger):
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+    assert all(isinstance(v, (str, int, float, dict, type(None))) for v in kwargs.values())
+
+
+async def test_job_trigger_reports_success_with_the_job(fast_emulator):
+    name = _create(fast_emulator, _job())
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05))
+    assert event["status"] == "succeeded" and event["job"]["name"] == name
+    assert event["job"]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+async def test_job_trigger_user_code_failure(fast_emulator):
+    name = _create(fast_emulator, _job(exit_code=2))
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05))
+    assert event["status"] == "failed" and "non-zero status of 2" in event["message"]
+
+
+async def test_job_trigger_flex_start_wait_expiry(fast_emulator):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    name = _create(fast_emulator, _job("FLEX_START", maxWaitDuration="60s"))
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05))
+    assert event["status"] == "capacity_timeout"
+
+
+async def test_job_trigger_counts_the_service_restarts_it_sees(fast_emulator):
+    name = _create(fast_emulator, _job("SPOT", run_seconds=3000))
+
+    def preempt_seven_times():
+        done = 0
+        while done < 7:  # each time after 0.2 s RUNNING, so a 0.02 s poll sees every segment
+            job = requests.get(f"{fast_emulator.url}/v1/{name}", timeout=5).json()
+            if job["state"] == "JOB_STATE_RUNNING":
+                time.sleep(0.2)
+                fast_emulator.preempt(name)
+                done += 1
+            time.sleep(0.02)
+
+    preempter = threading.Thread(target=preempt_seven_times)
+    preempter.start()
+    event = await _first(CustomJobTrigger(name, poll_interval=0.02))
+    preempter.join()
+    assert event["status"] == "preempted" and "STOCKOUT" in event["message"]
+    assert event["observed_restarts"] == 6
+
+
+async def test_job_trigger_rides_out_injected_faults(fast_emulator):
+    name = _create(fast_emulator, _job())
+    fast_emulator.set_faults(error_rate=0.5, status_codes=[429, 503])
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05, transient_error_window=30))
+    assert event["status"] == "succeeded"
+    assert fast_emulator.stats()["faultsInjected"] > 0
+
+
+async def test_job_trigger_gives_up_after_the_transient_error_window(fast_emulator):
+    name = _create(fast_emulator, _job(run_seconds=10_000))
+    fast_emulator.set_faults(error_rate=1.0, status_codes=[503])
+    started = time.monotonic()
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05, transient_error_window=1.0))
+    assert event["status"] == "error" and "unreachable" in event["message"]
+    assert time.monotonic() - started >= 1.0  # not before the window
+
+
+async def test_on_kill_cancels_the_job(fast_emulator):
+    name = _create(fast_emulator, _job(run_seconds=10_000))
+    await CustomJobTrigger(name, poll_interval=0.05).on_kill()
+    state = requests.get(f"{fast_emulator.url}/v1/{name}", timeout=5).json()["state"]
+    assert state in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    assert fast_emulator.stats()["cancels"] == 1
+
+
+POOL = {"resourcePools": [{"id": "a100s", "replicaCount": "1", "machineSpec": {
+    "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}]}
+
+
+def _pool_spec() -> dict:
+    spec = _job()["jobSpec"]
+    del spec["scheduling"]
+    spec["persistentResourceId"] = "pool-a"
+    return spec
+
+
+@pytest.fixture
+def pool(fast_emulator) -> str:
+    fast_emulator.reset({**__import__("tests.conftest").conftest.FAST, "persistentResources": [
+        {"project": PROJECT, "location": LOCATION, "id": "pool-a", "resource": POOL}]})
+    return f"{PARENT}/persistentResources/pool-a"
+
+
+async def test_capacity_trigger_waits_for_a_busy_pool(fast_emulator, pool):
+    _create(fast_emulator, {"displayName": "blocker", "jobSpec": _pool_spec()})
+    time.sleep(0.05)
+    event = await _first(PersistentCapacityTrigger(pool, _pool_spec(), time.time() + 30, poll_interval=0.05))
+    assert event["status"] == "capacity_available"
+
+
+async def test_capacity_trigger_times_out(fast_emulator, pool):
+    blocker = _job(run_seconds=100_000)["jobSpec"] | {"persistentResourceId": "pool-a"}
+    del blocker["scheduling"]
+    _create(fast_emulator, {"displayName": "blocker", "jobSpec": blocker})
+    event = await _first(PersistentCapacityTrigger(pool, _pool_spec(), time.time() + 0.5, poll_interval=0.05))
+    assert event["status"] == "capacity_timeout" and "0 free of 1 wanted" in event["message"]
+
+
+async def test_capacity_trigger_fails_on_a_resource_in_error(fast_emulator, pool):
+    fast_emulator.set_resource_state(pool, "ERROR", "the reservation was released")
+    event = await _first(PersistentCapacityTrigger(pool, _pool_spec(), None, poll_interval=0.05))
+    assert event["status"] == "failed" and "the reservation was released" in event["message"]
