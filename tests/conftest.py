@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.airflow_harness import airflow_db, set_airflow_env  # noqa: F401 (fixture; imports no airflow)
 
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
 
 DATA = Path(__file__).parent / "data"
+
+
+def pytest_configure(config):
+    # Airflow reads its config at import: point it at a throwaway home before anything imports it.
+    home = tempfile.mkdtemp(prefix="airflow_home_")
+    set_airflow_env(home)
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
 PROJECT, LOCATION = "test-project", "us-central1"
 
 

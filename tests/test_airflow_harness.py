@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -11,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 from tests import airflow_harness as h
 
 if h._HOME_MARKER not in os.environ and "airflow" not in sys.modules:  # conftest did not set it up
-    h.set_airflow_env(tempfile.mkdtemp(prefix="airflow_home_"))
+    _home = h.set_airflow_env(tempfile.mkdtemp(prefix="airflow_home_"))
+    atexit.register(shutil.rmtree, _home, ignore_errors=True)
 
 from airflow.sdk import DAG, BaseHook, BaseOperator, task  # noqa: E402
 

@@ -288,10 +288,11 @@ def test_get_gives_up_on_permanent_statuses(status):
     assert next_step(GET, error, 0, 0.0, POLICY, FixedRng(0.0)) == GiveUp(error)
 
 
-def test_the_deadline_is_never_slept_past():
+def test_the_deadline_is_never_slept_past_and_the_last_try_lands_on_it():
     error = api_error(503)
     assert next_step(GET, error, 3, 112.0, POLICY, FixedRng(1.0)) == Retry(8.0)  # ends at 120: allowed
-    assert next_step(GET, error, 3, 112.5, POLICY, FixedRng(1.0)) == GiveUp(error)
+    assert next_step(GET, error, 3, 112.5, POLICY, FixedRng(1.0)) == Retry(7.5)  # clipped to the deadline
+    assert next_step(GET, error, 3, 120.0, POLICY, FixedRng(1.0)) == GiveUp(error)
 
 
 def test_retry_after_is_honoured_and_still_bounded_by_the_deadline():

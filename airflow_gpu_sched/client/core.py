@@ -399,13 +399,15 @@ def next_step(call: ApiCall, error: VertexError, attempt: int, elapsed: float,
     elif not (isinstance(error, VertexTransportError)
               or (isinstance(error, VertexApiError) and error.status_code in RETRYABLE_STATUS)):
         return GiveUp(error)
-    delay = policy.backoff(attempt, rng)
-    retry_after = getattr(error, "retry_after", None)
-    if retry_after is not None:
-        delay = max(delay, retry_after)
-    if elapsed + delay > policy.deadline:
+    remaining = policy.deadline - elapsed
+    if remaining <= 0:
         return GiveUp(error)
-    return Retry(delay)
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None and retry_after > remaining:
+        return GiveUp(error)  # the server asked for more time than the budget has left
+    # The last try lands on the deadline, not before it: callers rely on "not before the window".
+    delay = min(policy.backoff(attempt, rng), remaining)
+    return Retry(max(delay, retry_after or 0.0))
 
 
 class RetryState:

@@ -124,18 +124,21 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         faults = backend.faults
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)
+        fault = None
         if faults.error_rate and backend.rng.random() < faults.error_rate:
             backend.stats["faultsInjected"] += 1
             status = backend.rng.choice(faults.status_codes)
             name = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
                     504: "DEADLINE_EXCEEDED"}.get(status, "INTERNAL")
-            error = ApiError(name, f"Injected fault ({status}) for {rpc}.")
-            return _json(error.body(), status)
+            fault = _json(ApiError(name, f"Injected fault ({status}) for {rpc}.").body(), status)
+            if not (faults.after_handler_rate and backend.rng.random() < faults.after_handler_rate):
+                return fault
         backend.advance()
         try:
-            return _json(await _dispatch(backend, rpc, args, request))
+            response = _json(await _dispatch(backend, rpc, args, request))
         except ApiError as exc:
-            return _error(exc)
+            response = _error(exc)
+        return fault or response  # a fault after the handler: done, but the answer is lost
 
     app.add_api_route("/v1/{path:path}", vertex, methods=["GET", "POST", "DELETE", "PATCH"],
                       include_in_schema=False)

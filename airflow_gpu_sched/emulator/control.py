@@ -31,9 +31,12 @@ class EmulatorControl:
         return self._call("POST", "capacity", {k: v for k, v in body.items() if v is not None})
 
     def set_faults(self, error_rate: float = 0.0, status_codes: list[int] | None = None,
-                   latency_seconds: float = 0.0) -> dict:
+                   latency_seconds: float = 0.0, after_handler_rate: float = 0.0) -> dict:
+        """Inject errors; ``after_handler_rate``: share of them that hit after the request was
+        carried out (a lost response: e.g. a create that made its job but answered 503)."""
         return self._call("POST", "faults", {"errorRate": error_rate, "statusCodes": status_codes or [429, 503],
-                                             "latencySeconds": latency_seconds})
+                                             "latencySeconds": latency_seconds,
+                                             "afterHandlerRate": after_handler_rate})
 
     def clear_faults(self) -> dict:
         return self._call("POST", "faults", {})

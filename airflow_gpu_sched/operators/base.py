@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -197,14 +199,21 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ clients (lazy)
 
     def client(self):
-        from airflow_gpu_sched.client import VertexClient
+        from airflow_gpu_sched.client import RetryPolicy, VertexClient
 
-        return VertexClient.from_connection(self.gcp_conn_id, location=self.location, project=self.project_id)
+        # Transient errors (429, 5xx, network) are retried for the transient-error window.
+        retry = RetryPolicy(initial=min(1.0, self.poll_interval), maximum=30.0, deadline=self.transient_error_window)
+        return VertexClient.from_connection(self.gcp_conn_id, location=self.location, project=self.project_id,
+                                            retry=retry)
 
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> Any:
         self.validated_job(context)  # bad input fails here, before any API call
+        with vertex_reachable():
+            return self._execute(context)
+
+    def _execute(self, context: Context) -> Any:
         ledger = SubmissionLedger.from_context(context)
         if not ledger.durable:
             self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
@@ -271,7 +280,8 @@ class VertexTrainingOperator(BaseOperator):
         return self.on_job_event(context, first_event(trigger))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        return self.on_job_event(context, event)
+        with vertex_reachable():
+            return self.on_job_event(context, event)
 
     def on_job_event(self, context: Context, event: Any) -> Any:
         from airflow_gpu_sched.accounting import attempt_record, task_result
@@ -311,6 +321,18 @@ class VertexTrainingOperator(BaseOperator):
                 self.client().cancel_custom_job(self._job_name)
             except InvalidArgumentError:
                 pass  # already finished
+
+
+@contextmanager
+def vertex_reachable() -> Iterator[None]:
+    """Calls that still fail after the client's retries (bounded by the transient-error
+    window) fail the task as :class:`VertexUnreachable`, naming the last error."""
+    from airflow_gpu_sched.client import QuotaExceededError, ServerError, VertexTransportError
+
+    try:
+        yield
+    except (ServerError, QuotaExceededError, VertexTransportError) as exc:
+        raise VertexUnreachable(f"Vertex AI unreachable: {exc}") from exc
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:

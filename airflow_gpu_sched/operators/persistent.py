@@ -12,7 +12,7 @@ from airflow_gpu_sched.errors import (
     PersistentResourceUnavailable,
     VertexUnreachable,
 )
-from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg, first_event
+from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg, first_event, vertex_reachable
 from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, Event, validate_event
 from airflow_gpu_sched.rules import check_persistent_fit
 
@@ -83,6 +83,10 @@ class PersistentResourceTrainingOperator(VertexTrainingOperator):
         return self.execute_capacity(context, first_event(trigger))
 
     def execute_capacity(self, context, event: dict[str, Any]) -> Any:
+        with vertex_reachable():
+            return self._on_capacity_event(context, event)
+
+    def _on_capacity_event(self, context, event: dict[str, Any]) -> Any:
         from airflow_gpu_sched.ledger import SubmissionLedger
 
         kind, event = validate_event(event, CAPACITY_EVENTS)

@@ -1,0 +1,66 @@
+"""Nightly retraining: prepare the data, train on FLEX_START (DWS) GPUs, evaluate.
+
+The training job waits (deferred, no worker slot held) until all 8 H100s are free at once,
+for at most 2 hours; the evaluation reads the training task's figures from XCom.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from airflow.sdk import DAG, task
+
+from _settings import BUCKET, EMULATOR_ENV, IMAGE, LOCATION, POLL_INTERVAL, PROJECT_ID
+from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+with DAG(
+    dag_id="nightly_retraining",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["gpu-training", "example"],
+    doc_md=__doc__,
+):
+
+    @task
+    def prepare_data(ds: str | None = None) -> str:
+        """Write the day's dataset and return where it is (a gs:// path in production)."""
+        folder = Path(os.environ.get("GPU_SCHED_DATA_DIR", tempfile.gettempdir())) / "nightly" / (ds or "manual")
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "train.jsonl"
+        path.write_text("\n".join(json.dumps({"x": i, "y": 2 * i + 1}) for i in range(1000)))
+        return str(path)
+
+    train = FlexStartTrainingOperator(
+        task_id="train",
+        project_id=PROJECT_ID,
+        location=LOCATION,
+        display_name="nightly-retraining-{{ ds_nodash }}",
+        image_uri=IMAGE,
+        command=["python", "-m", "trainer.task"],
+        args=["--data={{ ti.xcom_pull(task_ids='prepare_data') }}", "--epochs=3"],
+        env=EMULATOR_ENV,
+        machine_type="a3-highgpu-8g",
+        accelerator_type="NVIDIA_H100_80GB",
+        accelerator_count=8,
+        max_wait_duration="2h",
+        timeout="6h",
+        base_output_dir=BUCKET + "/nightly/{{ ds_nodash }}",
+        labels={"team": "ml-platform", "pipeline": "nightly-retraining"},
+        poll_interval=POLL_INTERVAL,
+    )
+
+    @task
+    def evaluate(training: dict) -> dict:
+        """Report what the night cost: waiting, running, GPU-hours."""
+        print(f"trained {training['job_name']} ({training['strategy']}): state {training['state']}, "
+              f"queued {training['queued_seconds'] / 60:.1f} min, ran {training['run_seconds'] / 60:.1f} min, "
+              f"{training['gpu_hours']:.2f} GPU-hours over {len(training['attempts'])} attempt(s)")
+        return {"model_dir": f"{training['base_output_dir']}/model/", "gpu_hours": training["gpu_hours"]}
+
+    prepare_data() >> train
+    evaluate(train.output)

@@ -1,0 +1,273 @@
+"""The operators at the wire: submit, wait, decide, against the emulator.
+
+The first group calls ``execute`` the way a worker does, in sync mode (``deferrable=False``:
+the trigger loop runs in the worker), with a real key-value store standing in for Airflow's
+``task_state_store``: fast, exact tests of the idempotency rules. DAG-level runs (deferrable,
+retries, templates) are in ``test_operator_dags.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_gpu_sched.accounting import ATTEMPT_KEYS, RESULT_KEYS
+from airflow_gpu_sched.errors import (
+    CapacityWaitExpired,
+    InvalidTrainingSpec,
+    PersistentCapacityTimeout,
+    PersistentResourceUnavailable,
+    PreemptionBudgetExhausted,
+    TrainingJobFailed,
+    VertexUnreachable,
+)
+from airflow_gpu_sched.ledger import LEDGER_KEY
+from airflow_gpu_sched.operators import (
+    FlexStartTrainingOperator,
+    PersistentResourceTrainingOperator,
+    SpotTrainingOperator,
+)
+from tests.conftest import FAST, LOCATION, PROJECT
+
+
+class Store:
+    """The task_state_store interface (get/set), kept in a dict: what survives between tries."""
+
+    def __init__(self):
+        self.data = {}
+
+    def get(self, key, default=None):
+        return self.data.get(key, default)
+
+    def set(self, key, value, **_):
+        self.data[key] = value
+
+
+def context(store=None) -> dict:
+    return {"task_state_store": store if store is not None else Store()}
+
+
+COMMON = dict(project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1", poll_interval=0.02,
+              deferrable=False, base_output_dir="gs://bucket/run-1")
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+H100x8 = dict(machine_type="a3-highgpu-8g", accelerator_type="NVIDIA_H100_80GB", accelerator_count=8)
+
+
+def flex(**kw) -> FlexStartTrainingOperator:
+    return FlexStartTrainingOperator(task_id=kw.pop("task_id", "train"), **{**COMMON, **H100x8, **kw})
+
+
+def spot(**kw) -> SpotTrainingOperator:
+    return SpotTrainingOperator(task_id=kw.pop("task_id", "train"), **{**COMMON, **A100, **kw})
+
+
+# ---------------------------------------------------------------------------- results
+
+
+def test_flex_start_result_has_exactly_the_documented_figures(fast_emulator):
+    result = flex(env={"EMULATOR_RUN_SECONDS": "36"}).execute(context())
+    assert tuple(result) == RESULT_KEYS
+    assert result["state"] == "JOB_STATE_SUCCEEDED" and result["strategy"] == "FLEX_START"
+    assert len(result["attempts"]) == 1 and tuple(result["attempts"][0]) == ATTEMPT_KEYS
+    assert result["run_seconds"] == pytest.approx(36, abs=1)
+    assert result["queued_seconds"] == pytest.approx(FAST["queueSeconds"] + FAST["provisioningSeconds"], abs=1)
+    assert result["gpu_hours"] == pytest.approx(8 * result["run_seconds"] / 3600, rel=1e-3)
+    assert result["console_url"].endswith(f"/training/{result['job_name'].rsplit('/', 1)[1]}/cpu?project={PROJECT}")
+    assert result["base_output_dir"] == "gs://bucket/run-1"
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+
+
+def test_flex_start_waits_for_capacity_then_runs(fast_emulator):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=0)
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=8, at_seconds=300)
+    result = flex(max_wait_duration="1h").execute(context())
+    assert result["state"] == "JOB_STATE_SUCCEEDED"
+    assert result["queued_seconds"] >= 290  # the emulated wait for the GPUs
+
+
+def test_flex_start_wait_expiry_fails_typed(fast_emulator):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=0)
+    with pytest.raises(CapacityWaitExpired, match=r"capacity never came.*maxWaitDuration \(600s\)"):
+        flex(max_wait_duration="10m").execute(context())
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+
+
+def test_user_code_failure_fails_at_once_without_resubmitting(fast_emulator):
+    with pytest.raises(TrainingJobFailed, match="non-zero status of 3"):
+        spot(env={"EMULATOR_EXIT_CODE": "3"}).execute(context())
+    assert fast_emulator.stats()["jobsCreated"] == {"SPOT": 1}
+
+
+def test_spot_stockout_past_the_budget_fails_typed(fast_emulator):
+    fast_emulator.reset({**FAST, "spotPreemptionsPerHour": 3600})  # preempted about every emulated second
+    with pytest.raises(PreemptionBudgetExhausted, match="max_preemption_retries=1"):
+        spot(max_preemption_retries=1, env={"EMULATOR_RUN_SECONDS": "100000"}).execute(context())
+    stats = fast_emulator.stats()
+    assert stats["jobsCreated"] == {"SPOT": 2} and stats["preemptions"] == 14
+
+
+def _recorded(store: Store, job_name: str | None, key: str | None = None) -> Store:
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": key, "job_name": job_name, "attempts": [],
+                           "preemptions": 0, "completed": False})
+    return store
+
+
+def test_vertex_unreachable_past_the_window_fails_typed_not_before(fast_emulator):
+    op = flex(transient_error_window=1.0, env={"EMULATOR_RUN_SECONDS": "100000"})
+    store = _recorded(Store(), op.client().create_custom_job(op.build_job()).name)
+    fast_emulator.set_faults(error_rate=1.0, status_codes=[503])
+    started = time.monotonic()
+    with pytest.raises(VertexUnreachable, match="unreachable"):
+        op.execute(context(store))
+    assert time.monotonic() - started >= 1.0
+
+
+# ---------------------------------------------------------------------------- idempotency
+
+
+def test_a_later_try_reattaches_to_the_active_job(fast_emulator):
+    store = Store()
+    op = flex(env={"EMULATOR_RUN_SECONDS": "60"})
+    job = op.client().create_custom_job(op.build_job())  # as if an earlier try created it, then died
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": "k", "job_name": job.name, "attempts": [],
+                           "preemptions": 0, "completed": False})
+    result = op.execute(context(store))
+    assert result["job_name"] == job.name
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+
+
+def test_a_try_that_died_between_create_and_saving_the_name_finds_the_job_by_label(fast_emulator):
+    store = Store()
+    op = flex()
+    key = "0123456789abcdef0123456789abcdef"
+    job = op.client().create_custom_job(op.build_job({"gpu-sched-submission": key}))
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": key, "job_name": None, "attempts": [],
+                           "preemptions": 0, "completed": False})
+    assert op.execute(context(store))["job_name"] == job.name
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+
+
+def test_a_job_that_succeeded_but_was_never_recorded_is_used_not_rerun(fast_emulator):
+    store = Store()
+    op = flex(env={"EMULATOR_RUN_SECONDS": "10"})
+    job = op.client().create_custom_job(op.build_job())
+    fast_emulator.advance(100)  # it finished while no worker watched
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": "k", "job_name": job.name, "attempts": [],
+                           "preemptions": 0, "completed": False})
+    result = op.execute(context(store))
+    assert result["job_name"] == job.name and result["state"] == "JOB_STATE_SUCCEEDED"
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+
+
+def test_clearing_a_task_that_succeeded_starts_a_new_training_run(fast_emulator):
+    store = Store()
+    first = flex().execute(context(store))
+    second = flex().execute(context(store))  # the same task instance, cleared by a user
+    assert first["job_name"] != second["job_name"] and len(second["attempts"]) == 1
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 2}
+
+
+def test_an_ambiguous_create_that_made_the_job_is_reconciled_by_label(fast_emulator):
+    # Every request answers 503, creates after the job was made (a lost response).
+    fast_emulator.set_faults(error_rate=1.0, status_codes=[503], after_handler_rate=1.0)
+    store = Store()
+    with pytest.raises(VertexUnreachable):
+        flex(transient_error_window=0.5).execute(context(store))  # ambiguous create, lookup fails too
+    fast_emulator.clear_faults()
+    result = flex().execute(context(store))  # the next try finds the job by its submission key
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+    assert result["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_the_job_carries_the_submission_key_and_task_labels(fast_emulator):
+    store = Store()
+    result = flex(labels={"team": "ml"}).execute(context(store))
+    job = flex().client().get_custom_job(result["job_name"])
+    assert job.labels["team"] == "ml" and job.labels["managed-by"] == "airflow-gpu-sched"
+    assert len(job.labels["gpu-sched-submission"]) == 32
+    assert job.job_spec.base_output_directory.output_uri_prefix == "gs://bucket/run-1"
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("factory, field", [
+    (lambda: flex(**{**H100x8, "accelerator_type": "NVIDIA_TESLA_T4", "machine_type": "n1-standard-8",
+                     "accelerator_count": 1}), "acceleratorType"),
+    (lambda: flex(timeout="8d"), "jobSpec.scheduling.timeout"),
+    (lambda: flex(max_wait_duration="-5m"), "maxWaitDuration"),
+    (lambda: flex(max_wait_duration="soon"), "max_wait_duration"),
+    (lambda: spot(machine_type="g2-standard-8", accelerator_type="NVIDIA_L4"), "machineType"),
+    (lambda: spot(max_preemption_retries=-1), "max_preemption_retries"),
+    (lambda: spot(labels={"Team": "ML"}), "labels.Team"),
+    (lambda: spot(worker_pool_specs="[not json", image_uri=None, **dict.fromkeys(A100)), "worker_pool_specs"),
+    (lambda: PersistentResourceTrainingOperator(task_id="t", persistent_resource_id="Pool_A", **{**COMMON, **A100}),
+     "persistentResourceId"),
+], ids=["flex-t4", "flex-timeout-8d", "negative-wait", "bad-duration", "spot-g2", "negative-budget",
+        "upper-case-label", "non-json-pools", "bad-resource-id"])
+def test_bad_input_is_an_error_when_the_dag_is_parsed(factory, field):
+    with pytest.raises(InvalidTrainingSpec) as raised:
+        factory()
+    assert field in str(raised.value)
+
+
+# ---------------------------------------------------------------------------- persistent resources
+
+POOL = {"displayName": "a100 pool", "resourcePools": [{"id": "a100s", "replicaCount": "1", "machineSpec": {
+    "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}]}
+
+
+@pytest.fixture
+def pool(fast_emulator):
+    fast_emulator.reset({**FAST, "persistentResources": [
+        {"project": PROJECT, "location": LOCATION, "id": "pool-a", "resource": POOL}]})
+    return fast_emulator
+
+
+def pool_op(**kw) -> PersistentResourceTrainingOperator:
+    return PersistentResourceTrainingOperator(task_id="train", persistent_resource_id="pool-a",
+                                              **{**COMMON, **A100, **kw})
+
+
+def test_persistent_runs_on_a_free_pool(pool):
+    result = pool_op().execute(context())
+    assert result["state"] == "JOB_STATE_SUCCEEDED"
+    assert pool.stats()["jobsCreated"] == {"PERSISTENT_RESOURCE": 1}
+
+
+def test_persistent_mismatch_fails_before_any_create_listing_every_mismatch(pool):
+    op = pool_op(worker_pool_specs=[
+        {"machineSpec": {"machineType": "a2-highgpu-2g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 2},
+         "replicaCount": 1, "containerSpec": {"imageUri": "x"}},
+        {"machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1},
+         "replicaCount": 3, "containerSpec": {"imageUri": "x"}}], image_uri=None, **dict.fromkeys(A100))
+    with pytest.raises(InvalidTrainingSpec) as raised:
+        op.execute(context())
+    assert [v.path for v in raised.value.violations] == ["jobSpec.workerPoolSpecs[0].machineSpec",
+                                                         "jobSpec.workerPoolSpecs[1].replicaCount"]
+    assert pool.stats()["requests"].get("customJobs.create", 0) == 0
+
+
+def test_persistent_busy_pool_waits_then_runs(pool):
+    blocker = pool_op().client().create_custom_job(pool_op(env={"EMULATOR_RUN_SECONDS": "60"}).build_job())
+    pool.advance(2)  # the blocker is admitted and holds the only replica
+    result = pool_op(capacity_wait_timeout="1h").execute(context())
+    mine = pool_op().client().get_custom_job(result["job_name"])
+    theirs = pool_op().client().get_custom_job(blocker.name)
+    assert mine.create_time >= theirs.end_time  # submitted only once the replica was free
+
+
+def test_persistent_busy_pool_past_the_timeout_fails_typed(pool):
+    pool_op().client().create_custom_job(pool_op(env={"EMULATOR_RUN_SECONDS": "1000000"}).build_job())
+    pool.advance(2)
+    with pytest.raises(PersistentCapacityTimeout, match="stayed busy"):
+        pool_op(capacity_wait_timeout=0.5).execute(context())
+    assert pool.stats()["jobsCreated"] == {"PERSISTENT_RESOURCE": 1}  # only the blocker
+
+
+def test_persistent_resource_in_error_fails_with_its_error(pool):
+    pool.set_resource_state(f"projects/{PROJECT}/locations/{LOCATION}/persistentResources/pool-a", "ERROR",
+                            "the reservation was released")
+    with pytest.raises(PersistentResourceUnavailable, match="the reservation was released"):
+        pool_op().execute(context())
