@@ -1,0 +1,188 @@
+"""The operators inside Airflow: ``dag.test()`` on SQLite, deferrable triggers run inline,
+retries, templates, the task state store; the example DAGs too. Against the emulator."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import requests
+
+from airflow_gpu_sched.accounting import RESULT_KEYS
+from airflow_gpu_sched.ledger import LEDGER_KEY
+from tests.airflow_harness import run_dag
+from tests.conftest import FAST, LOCATION, PROJECT
+
+EXAMPLES = Path(__file__).parent.parent / "dags_examples"
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+
+
+@pytest.fixture
+def airflow(airflow_db, fast_emulator):
+    return fast_emulator
+
+
+def _spot(**kw):
+    from airflow_gpu_sched.operators import SpotTrainingOperator
+
+    return SpotTrainingOperator(task_id=kw.pop("task_id", "train"), project_id=PROJECT, location=LOCATION,
+                                image_uri="gcr.io/p/trainer:1", poll_interval=0.02,
+                                base_output_dir="gs://bucket/spot", **{**A100, **kw})
+
+
+def test_deferrable_training_between_data_prep_and_evaluation(airflow):
+    from airflow.sdk import DAG, task
+
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+    with DAG("flex_pipeline", schedule=None, start_date=START) as dag:
+        @task
+        def prepare() -> str:
+            return "gs://bucket/data/2026-01-01/train.jsonl"
+
+        train = FlexStartTrainingOperator(
+            task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+            args=["--data={{ ti.xcom_pull(task_ids='prepare') }}"], machine_type="a3-highgpu-8g",
+            accelerator_type="NVIDIA_H100_80GB", accelerator_count=8, max_wait_duration="1h",
+            poll_interval=0.02, labels={"run": "{{ ds_nodash }}"})
+
+        @task
+        def evaluate(result: dict) -> float:
+            return result["gpu_hours"]
+
+        prepare() >> train
+        evaluate(train.output)
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    training = result["train"].return_value
+    assert tuple(training) == RESULT_KEYS and training["state"] == "JOB_STATE_SUCCEEDED"
+    assert result["evaluate"].return_value == training["gpu_hours"] > 0
+    assert result["train"].xcoms["job_name"] == training["job_name"]
+    assert result["train"].xcoms["console_url"] == training["console_url"]
+    assert result.task_state_store["train"][LEDGER_KEY]["completed"] is True
+    job = requests.get(f"{airflow.url}/v1/{training['job_name']}", timeout=5).json()
+    assert job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] == [
+        "--data=gs://bucket/data/2026-01-01/train.jsonl"]
+    assert job["labels"]["run"] == "20260101" and job["labels"]["airflow-task"] == "train"
+
+
+def test_a_retry_after_a_worker_crash_between_create_and_defer_makes_no_second_job(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import SpotTrainingOperator
+
+    class DiesAfterCreate(SpotTrainingOperator):
+        """Fault injection: the first try's worker dies right after the job was created."""
+
+        def wait_for_job(self, context, job_name):
+            if context["ti"].try_number == 1:
+                raise SystemExit("worker killed")
+            return super().wait_for_job(context, job_name)
+
+    with DAG("crash_after_create", schedule=None, start_date=START) as dag:
+        DiesAfterCreate(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+                        poll_interval=0.02, retries=1, retry_delay=timedelta(0), **A100)
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success" and result["train"].try_number == 2
+    assert airflow.stats()["jobsCreated"] == {"SPOT": 1}
+
+
+def test_spot_preempted_past_the_service_restarts_is_resubmitted_and_counted(airflow):
+    from airflow.sdk import DAG
+
+    with DAG("spot_recovery", schedule=None, start_date=START) as dag:
+        _spot(env={"EMULATOR_RUN_SECONDS": "300"}, max_preemption_retries=2)
+
+    def preempt_first_job_seven_times():
+        done, deadline = 0, time.monotonic() + 60
+        while done < 7 and time.monotonic() < deadline:
+            jobs = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
+                                timeout=5).json().get("customJobs", [])
+            first = jobs[-1] if jobs else None  # newest first: the last is the first job
+            if first and first["state"] == "JOB_STATE_RUNNING":
+                time.sleep(0.2)  # long enough RUNNING for a 0.02 s poll to see it
+                airflow.preempt(first["name"])
+                done += 1
+            time.sleep(0.02)
+
+    preempter = threading.Thread(target=preempt_first_job_seven_times, daemon=True)
+    preempter.start()
+    result = run_dag(dag, logical_date=START)
+    preempter.join()
+    training = result["train"].return_value
+    assert result.state == "success"
+    assert [a["state"] for a in training["attempts"]] == ["JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"]
+    assert "STOCKOUT" in training["attempts"][0]["error"]
+    assert training["preemptions"] == 7  # six service restarts seen while polling, and the stockout
+    assert airflow.stats()["jobsCreated"] == {"SPOT": 2}
+
+
+def test_a_template_that_renders_an_invalid_value_fails_before_any_create(airflow):
+    from airflow.sdk import DAG
+
+    with DAG("bad_template", schedule=None, start_date=START) as dag:
+        _spot(labels={"team": "{{ 'ML Team' }}"})
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "failed" and result["train"].try_number == 1  # no retry for bad input
+    assert airflow.stats()["requests"].get("customJobs.create", 0) == 0
+
+
+def test_user_code_failure_fails_the_task_without_resubmitting(airflow):
+    from airflow.sdk import DAG
+
+    with DAG("user_failure", schedule=None, start_date=START) as dag:
+        _spot(env={"EMULATOR_EXIT_CODE": "1"})
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "failed"
+    assert airflow.stats()["jobsCreated"] == {"SPOT": 1}
+
+
+# ---------------------------------------------------------------------------- example DAGs
+
+
+@pytest.fixture
+def examples(airflow, monkeypatch, tmp_path):
+    monkeypatch.setenv("GPU_SCHED_PROJECT", PROJECT)
+    monkeypatch.setenv("GPU_SCHED_LOCATION", LOCATION)
+    monkeypatch.setenv("GPU_SCHED_POLL_INTERVAL", "0.02")
+    monkeypatch.setenv("GPU_SCHED_EMULATED_RUN_SECONDS", "60")
+    monkeypatch.setenv("GPU_SCHED_DATA_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    for name in [m for m in sys.modules if m == "_settings"]:
+        monkeypatch.delitem(sys.modules, name)
+    from airflow.dag_processing.dagbag import DagBag
+
+    airflow.reset({**FAST, "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": "a100-pool",
+                                                    "resource": {"resourcePools": [{
+                                                        "id": "a100s", "replicaCount": "2", "machineSpec": {
+                                                            "machineType": "a2-highgpu-1g",
+                                                            "acceleratorType": "NVIDIA_TESLA_A100",
+                                                            "acceleratorCount": 1}}]}}]})
+    return DagBag(dag_folder=str(EXAMPLES))
+
+
+def test_example_dags_import_without_errors(examples):
+    assert examples.import_errors == {}
+    assert set(examples.dag_ids) == {"nightly_retraining", "spot_training", "persistent_resource_training"}
+
+
+@pytest.mark.parametrize("dag_id, task_id, strategy", [
+    ("nightly_retraining", "train", "FLEX_START"),
+    ("spot_training", "train_on_spot", "SPOT"),
+    ("persistent_resource_training", "train_on_pool", "STANDARD"),
+])
+def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, strategy):
+    result = run_dag(examples.get_dag(dag_id), logical_date=START)
+    assert result.state == "success", result.tasks
+    assert result[task_id].return_value["strategy"] == strategy
+    if dag_id == "nightly_retraining":
+        assert result["evaluate"].return_value["model_dir"] == "gs://demo-training-bucket/nightly/20260101/model/"
