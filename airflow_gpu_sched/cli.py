@@ -1,7 +1,7 @@
 """``airflow-gpu-sched``: the emulator server and the demo.
 
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
-    airflow-gpu-sched demo [--speed X]
+    airflow-gpu-sched demo [--speed X] [--strategies]
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ def _emulator(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from airflow_gpu_sched.demo import run_demo
+    from airflow_gpu_sched.demo import run_demo, run_nightly_demo
 
-    return run_demo(speed=args.speed)
+    if args.strategies:
+        return run_demo(speed=args.speed)
+    return run_nightly_demo(speed=args.speed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                           help="allow a non-loopback --host (the emulator has no authentication)")
     emulator.set_defaults(func=_emulator)
 
-    demo = sub.add_parser("demo", help="submit one job of each strategy to an emulator and show their life cycles")
-    demo.add_argument("--speed", type=float, default=120.0)
+    demo = sub.add_parser("demo", help="run the nightly_retraining example DAG against the emulator")
+    demo.add_argument("--speed", type=float, default=120.0, help="emulated seconds per real second")
+    demo.add_argument("--strategies", action="store_true",
+                      help="instead: one job of each strategy, submitted with the client, life cycles printed")
     demo.set_defaults(func=_demo)
 
     args = parser.parse_args(argv)

@@ -1,15 +1,25 @@
-"""``make demo`` (until the operators land): one job of each capacity strategy on the emulator.
+"""``make demo``: the nightly retraining DAG against the bundled emulator, and a strategies tour.
 
-Starts the emulator in-process with scarce capacity (FLEX_START GPUs arrive after 20 emulated
-minutes; the persistent pool is busy with another job; the SPOT job is preempted twice), submits
-the three jobs with the sync client, and prints each state change with its emulated time,
-then a summary of queued and run time per job.
+``run_nightly_demo`` (the default): starts the emulator with scarce H100 capacity (FLEX_START
+GPUs free up 20 emulated minutes after the run starts), runs ``nightly_retraining`` (data prep
+-> FLEX_START training -> evaluation) with ``airflow dags test`` on a throwaway SQLite home in
+``.demo/``, and prints a summary per training job.
+
+``run_demo`` (``--strategies``): one job of each capacity strategy submitted with the client
+(FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
+one-replica persistent pool), each state change printed in emulated time.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 from airflow_gpu_sched.client import VertexClient
 from airflow_gpu_sched.emulator import EmulatorServer, Scenario
@@ -103,3 +113,68 @@ def run_demo(speed: float = 120.0) -> int:
         ok = all(job.state.value == "JOB_STATE_SUCCEEDED" for job in jobs.values())
         print("\nAll three jobs succeeded." if ok else "\nSome job did not succeed.")
         return 0 if ok else 1
+
+
+NIGHTLY_SPEED = 120.0
+
+
+def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> int:
+    home = Path(workdir).resolve() / "airflow_home"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    dags = Path(__file__).resolve().parent.parent / "dags_examples"
+    scenario = Scenario.model_validate({
+        "seed": 1, "speed": speed, "provisioningSeconds": 120,
+        "capacity": [{"location": LOCATION, "acceleratorType": "NVIDIA_H100_80GB", "flexStart": 0}]})
+    with EmulatorServer(scenario) as emulator:
+        print(f"Vertex AI emulator at {emulator.url} (x{speed:g}: one real second is {speed / 60:g} emulated "
+              "minutes; no H100s for FLEX_START for the first 40 emulated minutes)", flush=True)
+        env = {**os.environ,
+               "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+               "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+               "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": {
+                   "project": PROJECT, "api_endpoint": emulator.url}}),
+               "GPU_SCHED_PROJECT": PROJECT, "GPU_SCHED_LOCATION": LOCATION, "GPU_SCHED_POLL_INTERVAL": "0.5",
+               "GPU_SCHED_EMULATED_RUN_SECONDS": "1200", "GPU_SCHED_DATA_DIR": str(home / "data")}
+        airflow = str(Path(sys.executable).parent / "airflow")
+        print("setting up a throwaway Airflow home (SQLite) in", home, flush=True)
+        subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+        print("airflow dags test nightly_retraining: data prep -> FLEX_START training -> evaluation", flush=True)
+        started = time.monotonic()
+        log_path = home / "dags_test.log"
+        control = EmulatorControl(emulator.url)
+        # The DWS capacity frees up 40 emulated minutes from now (20 s of real time at x120).
+        control.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=8, at_seconds=2400)
+        with open(log_path, "w") as log:
+            process = subprocess.Popen([airflow, "dags", "test", "nightly_retraining"], env=env, stdout=log,
+                                       stderr=subprocess.STDOUT)
+            last = None
+            while process.poll() is None:  # progress while it waits
+                states = control.stats()["jobsByState"]
+                line = ", ".join(f"{k.removeprefix('JOB_STATE_')}: {v}" for k, v in sorted(states.items()))
+                if line and line != last:
+                    print(f"  [{time.monotonic() - started:5.1f}s] training jobs: {line}", flush=True)
+                    last = line
+                time.sleep(0.5)
+        output = log_path.read_text()
+        if process.returncode != 0:
+            print(output[-4000:])
+            print(f"airflow dags test failed ({process.returncode}); full log: {log_path}")
+            return 1
+        for line in output.splitlines():
+            if "trained projects/" in line or "ended JOB_STATE" in line:
+                print("  " + line.split("] ", 1)[-1][:200] if "] " in line else "  " + line[:200])
+        with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
+            jobs = list(client.list_custom_jobs())
+        print("\n  training job                       strategy    state       queued    ran     GPU-hours")
+        for job in jobs:
+            queued = (job.start_time - job.create_time).total_seconds() / 60 if job.start_time else 0
+            ran = (job.end_time - job.start_time).total_seconds() / 60 if job.start_time and job.end_time else 0
+            gpus = sum((p.machine_spec.accelerator_count or 0) * p.replicas for _, p in job.job_spec.active_pools())
+            print(f"  {job.display_name:34} {job.job_spec.strategy.value:11} "
+                  f"{job.state.value.removeprefix('JOB_STATE_'):11} {queued:4.0f} min {ran:4.0f} min "
+                  f"{gpus * ran / 60:8.2f}")
+        print(f"\nnightly_retraining succeeded in {time.monotonic() - started:.0f}s of real time; "
+              f"Airflow log: {log_path}")
+        return 0

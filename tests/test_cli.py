@@ -75,8 +75,18 @@ def test_emulator_refuses_a_non_loopback_host_unless_asked():
 
 def test_demo_runs_each_strategy_to_success():
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run([*CLI, "demo", "--speed", "600"], capture_output=True, text=True, timeout=300,
+    result = subprocess.run([*CLI, "demo", "--strategies", "--speed", "600"], capture_output=True, text=True, timeout=300,
                             env=env, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All three jobs succeeded." in result.stdout
     assert "spot        preempted" in result.stdout
+
+
+def test_the_main_job_runs_nightly_retraining_through_airflow_dags_test(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run([*CLI, "demo"], capture_output=True, text=True, timeout=300,
+                            env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "training jobs: QUEUED: 1" in result.stdout  # it waited for the FLEX_START capacity
+    assert "nightly-retraining-" in result.stdout and "FLEX_START  SUCCEEDED" in result.stdout
+    assert "nightly_retraining succeeded" in result.stdout

@@ -47,7 +47,8 @@ class PersistentCapacityTrigger(BaseTrigger):
         from airflow_gpu_sched.rules import check_persistent_fit
 
         spec = CustomJobSpec.model_validate(self.job_spec)
-        client = await async_client(self.resource_name, self.gcp_conn_id, self.poll_interval)
+        client = await async_client(self.resource_name, self.gcp_conn_id, self.poll_interval,
+                                    self.transient_error_window)
         watch = JobWatch(self.resource_name, self.transient_error_window)
         last_note = None
         while True:

@@ -18,12 +18,13 @@ def location_of(resource_name: str) -> str:
     return resource_name.split("/")[3]
 
 
-async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float):
+async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float, window: float):
     """One async client per call site; its httpx pool is shared by every trigger in the loop."""
     from airflow_gpu_sched.client import AsyncVertexClient, RetryPolicy
 
     # One poll retries briefly on its own; the longer transient-error window is the watch's.
-    retry = RetryPolicy(initial=min(1.0, poll_interval), maximum=10.0, deadline=max(10.0, poll_interval))
+    deadline = min(max(10.0, poll_interval), window)
+    retry = RetryPolicy(initial=min(1.0, poll_interval), maximum=10.0, deadline=deadline)
     return await AsyncVertexClient.afrom_connection(gcp_conn_id, location=location_of(resource_name), retry=retry)
 
 
@@ -49,7 +50,7 @@ class CustomJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_sched.client import NotFoundError, VertexError
 
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
         watch = JobWatch(self.job_name, self.transient_error_window, observed_restarts=self.observed_restarts)
         while True:
             try:
@@ -75,7 +76,7 @@ class CustomJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """A user marked the task failed/success or cleared it: cancel the job (never on a
         triggerer restart or redistribution; that is ``cleanup``, which we leave alone)."""
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
         self.log.info("task killed by a user: cancelling %s", self.job_name)
         await asyncio.wait_for(cancel_quietly(client, self.job_name), ON_KILL_TIMEOUT)
 
