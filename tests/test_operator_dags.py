@@ -186,3 +186,28 @@ def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, 
     assert result[task_id].return_value["strategy"] == strategy
     if dag_id == "nightly_retraining":
         assert result["evaluate"].return_value["model_dir"] == "gs://demo-training-bucket/nightly/20260101/model/"
+
+
+def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.client import VertexClient
+    from airflow_gpu_sched.operators import PersistentResourceTrainingOperator
+
+    airflow.reset({**FAST, "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": "pool-a",
+                                                    "resource": {"resourcePools": [{
+                                                        "id": "a100s", "replicaCount": "1", "machineSpec": {
+                                                            "machineType": "a2-highgpu-1g",
+                                                            "acceleratorType": "NVIDIA_TESLA_A100",
+                                                            "acceleratorCount": 1}}]}}]})
+    with DAG("busy_pool", schedule=None, start_date=START) as dag:
+        op = PersistentResourceTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION,
+                                                persistent_resource_id="pool-a", image_uri="gcr.io/p/trainer:1",
+                                                poll_interval=0.02, **A100)
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=airflow.url) as client:
+        blocker = client.create_custom_job(op.build_job().model_copy(update={"display_name": "blocker"}))
+        airflow.advance(2)  # the blocker holds the only replica
+        result = run_dag(dag, logical_date=START)
+        assert result.state == "success"
+        mine = client.get_custom_job(result["train"].return_value["job_name"])
+        assert mine.create_time >= client.get_custom_job(blocker.name).end_time
