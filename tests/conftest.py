@@ -68,3 +68,11 @@ def fast_emulator(vertex_conn) -> EmulatorControl:
     """The emulator at 100x: a 30-second job takes 0.3 s of real time."""
     vertex_conn.reset(FAST)
     return vertex_conn
+
+
+def with_a100_pool(resource_id: str = "pool-a", replicas: int = 1) -> dict:
+    """The FAST scenario plus a RUNNING persistent resource with one pool of a2-highgpu-1g."""
+    pool = {"id": "a100s", "replicaCount": str(replicas), "machineSpec": {
+        "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}
+    return {**FAST, "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": resource_id,
+                                             "resource": {"displayName": resource_id, "resourcePools": [pool]}}]}

@@ -15,7 +15,7 @@ import requests
 from airflow_gpu_sched.accounting import RESULT_KEYS
 from airflow_gpu_sched.ledger import LEDGER_KEY
 from tests.airflow_harness import run_dag
-from tests.conftest import FAST, LOCATION, PROJECT
+from tests.conftest import LOCATION, PROJECT, with_a100_pool
 
 EXAMPLES = Path(__file__).parent.parent / "dags_examples"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -161,12 +161,7 @@ def examples(airflow, monkeypatch, tmp_path):
         monkeypatch.delitem(sys.modules, name)
     from airflow.dag_processing.dagbag import DagBag
 
-    airflow.reset({**FAST, "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": "a100-pool",
-                                                    "resource": {"resourcePools": [{
-                                                        "id": "a100s", "replicaCount": "2", "machineSpec": {
-                                                            "machineType": "a2-highgpu-1g",
-                                                            "acceleratorType": "NVIDIA_TESLA_A100",
-                                                            "acceleratorCount": 1}}]}}]})
+    airflow.reset(with_a100_pool("a100-pool", replicas=2))
     return DagBag(dag_folder=str(EXAMPLES))
 
 
@@ -194,12 +189,7 @@ def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):
     from airflow_gpu_sched.client import VertexClient
     from airflow_gpu_sched.operators import PersistentResourceTrainingOperator
 
-    airflow.reset({**FAST, "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": "pool-a",
-                                                    "resource": {"resourcePools": [{
-                                                        "id": "a100s", "replicaCount": "1", "machineSpec": {
-                                                            "machineType": "a2-highgpu-1g",
-                                                            "acceleratorType": "NVIDIA_TESLA_A100",
-                                                            "acceleratorCount": 1}}]}}]})
+    airflow.reset(with_a100_pool())
     with DAG("busy_pool", schedule=None, start_date=START) as dag:
         op = PersistentResourceTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION,
                                                 persistent_resource_id="pool-a", image_uri="gcr.io/p/trainer:1",

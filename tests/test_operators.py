@@ -28,7 +28,7 @@ from airflow_gpu_sched.operators import (
     PersistentResourceTrainingOperator,
     SpotTrainingOperator,
 )
-from tests.conftest import FAST, LOCATION, PROJECT
+from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 
 class Store:
@@ -214,14 +214,9 @@ def test_bad_input_is_an_error_when_the_dag_is_parsed(factory, field):
 
 # ---------------------------------------------------------------------------- persistent resources
 
-POOL = {"displayName": "a100 pool", "resourcePools": [{"id": "a100s", "replicaCount": "1", "machineSpec": {
-    "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}]}
-
-
 @pytest.fixture
 def pool(fast_emulator):
-    fast_emulator.reset({**FAST, "persistentResources": [
-        {"project": PROJECT, "location": LOCATION, "id": "pool-a", "resource": POOL}]})
+    fast_emulator.reset(with_a100_pool())
     return fast_emulator
 
 

@@ -12,7 +12,7 @@ import requests
 
 from airflow_gpu_sched.client import VertexClient
 from airflow_gpu_sched.triggers import CustomJobTrigger, PersistentCapacityTrigger
-from tests.conftest import LOCATION, PROJECT
+from tests.conftest import LOCATION, PROJECT, with_a100_pool
 
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
 
@@ -118,10 +118,6 @@ async def test_on_kill_cancels_the_job(fast_emulator):
     assert fast_emulator.stats()["cancels"] == 1
 
 
-POOL = {"resourcePools": [{"id": "a100s", "replicaCount": "1", "machineSpec": {
-    "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}]}
-
-
 def _pool_spec() -> dict:
     spec = _job()["jobSpec"]
     del spec["scheduling"]
@@ -131,8 +127,7 @@ def _pool_spec() -> dict:
 
 @pytest.fixture
 def pool(fast_emulator) -> str:
-    fast_emulator.reset({**__import__("tests.conftest").conftest.FAST, "persistentResources": [
-        {"project": PROJECT, "location": LOCATION, "id": "pool-a", "resource": POOL}]})
+    fast_emulator.reset(with_a100_pool())
     return f"{PARENT}/persistentResources/pool-a"
 
 
