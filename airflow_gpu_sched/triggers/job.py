@@ -28,49 +28,87 @@ async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: floa
     return await AsyncVertexClient.afrom_connection(gcp_conn_id, location=location_of(resource_name), retry=retry)
 
 
+BATCHED, PER_JOB = "batched", "per_job"
+
+
 class CustomJobTrigger(BaseTrigger):
-    """Polls one job; yields one event (``succeeded``, ``failed``, ``cancelled``, ``preempted``,
-    ``capacity_timeout`` or ``error``) when it ends or the API stays unreachable."""
+    """Waits for one job; yields one event (``succeeded``, ``failed``, ``cancelled``,
+    ``preempted``, ``capacity_timeout`` or ``error``) when it ends or the API stays unreachable.
+
+    ``polling="batched"`` (default): the job is watched by the loop's shared poller
+    (:mod:`.poller`: one paged list per interval for all jobs of a connection and region);
+    ``"per_job"``: this trigger GETs its own job every ``poll_interval``.
+    """
 
     def __init__(self, job_name: str, gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
-                 transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0):
+                 transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0,
+                 polling: str = BATCHED):
         super().__init__()
+        if polling not in (BATCHED, PER_JOB):
+            raise ValueError(f"polling must be {BATCHED!r} or {PER_JOB!r} (got {polling!r})")
         self.job_name = job_name
         self.gcp_conn_id = gcp_conn_id
         self.poll_interval = float(poll_interval)
         self.transient_error_window = float(transient_error_window)
         self.observed_restarts = int(observed_restarts)
+        self.polling = polling
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "job_name": self.job_name, "gcp_conn_id": self.gcp_conn_id, "poll_interval": self.poll_interval,
             "transient_error_window": self.transient_error_window, "observed_restarts": self.observed_restarts,
+            "polling": self.polling,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_gpu_sched.client import NotFoundError, VertexError
+        news = self._news()
+        try:
+            event = await self._first_event(news)
+        finally:
+            await news.aclose()  # leave the shared poller now, not when the generator is collected
+        yield TriggerEvent(event)
 
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+    async def _first_event(self, news: AsyncIterator[Any]) -> dict[str, Any]:
+        from airflow_gpu_sched.client import NotFoundError
+
         watch = JobWatch(self.job_name, self.transient_error_window, observed_restarts=self.observed_restarts)
-        while True:
-            try:
-                job = await client.get_custom_job(self.job_name)
-            except NotFoundError as exc:
-                yield TriggerEvent(error_event(f"{self.job_name} no longer exists: {exc}", self.job_name))
-                return
-            except VertexError as exc:  # already retried briefly by the client
-                if watch.failed_poll(exc):
-                    self.log.warning("poll of %s failed, retrying: %s", self.job_name, exc)
-                    await asyncio.sleep(self.poll_interval)
+        async for item in news:
+            if isinstance(item, NotFoundError):
+                return error_event(f"{self.job_name} no longer exists: {item}", self.job_name)
+            if isinstance(item, Exception):  # the poll failed after the client's brief retries
+                if watch.failed_poll(item):
+                    self.log.warning("poll of %s failed, retrying: %s", self.job_name, item)
                     continue
-                yield TriggerEvent(error_event(watch.unreachable_message(exc), self.job_name))
-                return
-            line = watch.observe(job)
+                return error_event(watch.unreachable_message(item), self.job_name)
+            line = watch.observe(item)
             if line:
                 self.log.info(line)
-            if job.is_terminal():
-                yield TriggerEvent(event_for_job(job, watch.observed_restarts))
-                return
+            if item.is_terminal():
+                return event_for_job(item, watch.observed_restarts)
+        raise RuntimeError("the poll stream ended")  # never: both streams are endless
+
+    async def _news(self) -> AsyncIterator[Any]:
+        """The job as polled (a CustomJob), or the error of a failed poll, one after another."""
+        from airflow_gpu_sched.client import VertexError
+
+        if self.polling == BATCHED:
+            from airflow_gpu_sched.triggers.poller import shared_poller
+
+            key = (self.gcp_conn_id, self.job_name.split("/")[1], location_of(self.job_name))
+            poller = shared_poller(key, lambda: async_client(self.job_name, self.gcp_conn_id, self.poll_interval,
+                                                             self.transient_error_window))
+            watcher = poller.watch(self.job_name, self.poll_interval)
+            try:
+                while True:
+                    yield await watcher.next()
+            finally:  # cancelled, finished, or moved to another triggerer: leave cleanly
+                poller.unwatch(watcher)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        while True:
+            try:
+                yield await client.get_custom_job(self.job_name)
+            except VertexError as exc:
+                yield exc
             await asyncio.sleep(self.poll_interval)
 
     async def on_kill(self) -> None:
