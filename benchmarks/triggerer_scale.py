@@ -1,0 +1,154 @@
+"""N deferred training jobs in one triggerer event loop: batched (shared poller) vs per-job GETs.
+
+The emulator runs in its own process at real speed; the jobs finish at random (seeded) times
+between 1 and 6 intervals after they start. Each mode runs in a fresh process that holds N
+``CustomJobTrigger`` s in one asyncio loop, as the triggerer does, and records when each event
+arrives. Both modes run in one invocation, on the same job schedule, and print one JSON object:
+
+    {"jobs", "interval_s",
+     "batched": {"api_calls_per_min", "cpu_s_per_min", "peak_rss_mb", "latency_p50_s",
+                 "latency_p95_s", "latency_p99_s"},
+     "per_job": {...}, "api_calls_ratio", "cpu_ratio"}        (ratios: batched / per-job)
+
+api_calls_per_min: Vertex requests (get + list) the emulator counted, per minute of the run.
+cpu_s_per_min: CPU seconds of the trigger process per minute. peak_rss_mb: peak RSS of that
+process above its idle RSS (after imports, before the triggers start). latency: event arrival
+minus the job's endTime.
+
+    python benchmarks/triggerer_scale.py --jobs 1000 --interval 10 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+import requests
+
+PROJECT, LOCATION = "bench", "us-central1"
+SCENARIO = {"seed": 1, "speed": 1, "queueSeconds": 0.5, "provisioningSeconds": 2}
+
+
+def _job(run_seconds: float) -> dict:
+    return {"displayName": "scale", "labels": {"managed-by": "airflow-gpu-sched"}, "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+        "containerSpec": {"imageUri": "gcr.io/p/t:1",
+                          "env": [{"name": "EMULATOR_RUN_SECONDS", "value": f"{run_seconds:.3f}"}]}}]}}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+# ---------------------------------------------------------------- the trigger process
+
+
+def worker(names: list[str], interval: float, polling: str) -> dict:
+    from airflow_gpu_sched.triggers import CustomJobTrigger
+
+    async def main() -> dict:
+        idle_rss = _rss_mb()
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        arrivals: dict[str, tuple[float, str]] = {}
+
+        async def one(name: str) -> None:
+            trigger = CustomJobTrigger(name, poll_interval=interval, polling=polling, transient_error_window=300)
+            async for event in trigger.run():
+                arrivals[name] = (time.time(), event.payload["job"].get("endTime", ""))
+                return
+
+        await asyncio.gather(*(one(n) for n in names))
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        latencies = [at - datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp()
+                     for at, end in arrivals.values() if end]
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": round(peak - idle_rss, 1), "latencies": latencies}
+
+    return asyncio.run(main())
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def run_mode(base: str, env: dict, jobs: int, interval: float, polling: str, seed: int) -> dict:
+    requests.post(f"{base}/emulator/v1/reset", json=SCENARIO, timeout=30).raise_for_status()
+    rng = random.Random(seed)
+    session = requests.Session()
+    names = []
+    for _ in range(jobs):
+        body = _job(rng.uniform(interval, 6 * interval))
+        response = session.post(f"{base}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", json=body, timeout=30)
+        response.raise_for_status()
+        names.append(response.json()["name"])
+    before = requests.get(f"{base}/emulator/v1/stats", timeout=30).json()["requests"]
+    out = subprocess.run([sys.executable, __file__, "--worker", polling, "--interval", str(interval)],
+                         input=json.dumps(names), capture_output=True, text=True, env=env, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    after = requests.get(f"{base}/emulator/v1/stats", timeout=30).json()["requests"]
+    calls = sum(after.get(k, 0) - before.get(k, 0) for k in ("customJobs.get", "customJobs.list"))
+    minutes = result["wall_s"] / 60
+    lat = result["latencies"]
+    return {"api_calls_per_min": round(calls / minutes, 1), "cpu_s_per_min": round(result["cpu_s"] / minutes, 3),
+            "peak_rss_mb": result["peak_rss_mb"], "latency_p50_s": _percentile(lat, 0.5),
+            "latency_p95_s": _percentile(lat, 0.95), "latency_p99_s": _percentile(lat, 0.99),
+            "events": len(lat), "wall_s": round(result["wall_s"], 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--modes", default="batched,per_job")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(sys.stdin.read()), args.interval, args.worker)))
+        return 0
+
+    home = tempfile.mkdtemp(prefix="scale_airflow_home_")
+    emulator = subprocess.Popen([sys.executable, "-m", "airflow_gpu_sched.cli", "emulator", "--port", "0"],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        base = emulator.stdout.readline().strip().rsplit(" ", 1)[-1]
+        env = {**os.environ, "AIRFLOW_HOME": home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+               "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(
+                   {"conn_type": "google_cloud_platform", "extra": {"project": PROJECT, "api_endpoint": base}})}
+        figures: dict = {"jobs": args.jobs, "interval_s": args.interval}
+        for mode in args.modes.split(","):
+            if not args.json:
+                print(f"running {mode} with {args.jobs} jobs ...", file=sys.stderr, flush=True)
+            figures[mode] = run_mode(base, env, args.jobs, args.interval, mode, args.seed)
+        if "batched" in figures and "per_job" in figures:
+            b, p = figures["batched"], figures["per_job"]
+            figures["api_calls_ratio"] = round(b["api_calls_per_min"] / max(p["api_calls_per_min"], 1e-9), 4)
+            figures["cpu_ratio"] = round(b["cpu_s_per_min"] / max(p["cpu_s_per_min"], 1e-9), 4)
+    finally:
+        emulator.terminate()
+        emulator.wait(timeout=10)
+    print(json.dumps(figures, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
