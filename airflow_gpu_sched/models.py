@@ -230,6 +230,7 @@ class VertexModel(BaseModel):
         extra="ignore",
         use_enum_values=False,
         validate_assignment=False,
+        defer_build=True,  # build validators on first use: importing the operators stays cheap at DAG parse
     )
 
     def to_api(self) -> dict[str, Any]:
