@@ -25,4 +25,6 @@ emulator: $(STAMP)
 	$(BIN)/airflow-gpu-sched emulator
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/triggerer_scale.py --jobs 1000 --interval 10
+	$(BIN)/python benchmarks/import_cost.py
 	$(BIN)/python benchmarks/emulator_throughput.py
