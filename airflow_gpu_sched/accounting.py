@@ -14,9 +14,9 @@ from typing import Any
 from airflow_gpu_sched.models import CustomJob, format_timestamp
 
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "queued_seconds",
-               "run_seconds", "gpu_hours", "console_url", "base_output_dir")
-ATTEMPT_KEYS = ("job_name", "strategy", "state", "create_time", "start_time", "end_time",
-                "queued_seconds", "run_seconds", "error")
+               "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir")
+ATTEMPT_KEYS = ("job_name", "strategy", "location", "state", "create_time", "start_time", "end_time",
+                "queued_seconds", "run_seconds", "gpu_hours", "cost", "error")
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float:
@@ -42,8 +42,16 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
         "gpu_hours": round(gpus * run / 3600.0, 4),
         "restarts_observed": observed_restarts,
         "outcome": outcome,
+        "accelerator_type": _accelerator(job),
         "error": job.error.message if job.error and job.error.message else None,
     }
+
+
+def _accelerator(job: CustomJob) -> str | None:
+    for _, pool in job.job_spec.active_pools():
+        if pool.machine_spec and pool.machine_spec.accelerator_type:
+            return pool.machine_spec.accelerator_type.value
+    return None
 
 
 def _gpus_per_pool(job: CustomJob) -> list[tuple[int, int]]:
@@ -59,18 +67,45 @@ def console_url(job_name: str) -> str:
             f"?project={project}")
 
 
-def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_dir: str | None) -> dict[str, Any]:
-    """The task's return value (XCom): exactly :data:`RESULT_KEYS`."""
+def resolve_prices(prices: dict[str, Any] | str | None) -> dict[str, Any] | None:
+    """A price table, or the name of an Airflow Variable holding one as JSON.
+
+    ``{"currency": "USD", "NVIDIA_H100_80GB": {"FLEX_START": 4.0, "SPOT": 2.5, "STANDARD": 9.0,
+    "PERSISTENT_RESOURCE": 0.0}}``: per GPU-hour, per accelerator and strategy. There are no
+    built-in prices: Google's change by region and over time; configure your own.
+    """
+    if prices is None or isinstance(prices, dict):
+        return prices
+    from airflow.sdk import Variable
+
+    return Variable.get(prices, deserialize_json=True)
+
+
+def attempt_cost(attempt: dict[str, Any], prices: dict[str, Any] | None) -> float | None:
+    if not prices or not attempt.get("gpu_hours"):
+        return 0.0 if prices else None
+    per_strategy = prices.get(attempt.get("accelerator_type") or "", {})
+    price = per_strategy.get(attempt["strategy"]) if isinstance(per_strategy, dict) else None
+    return None if price is None else round(attempt["gpu_hours"] * float(price), 4)
+
+
+def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_dir: str | None,
+                prices: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task's return value (XCom): exactly :data:`RESULT_KEYS`; each attempt :data:`ATTEMPT_KEYS`."""
+    shown = [{**{k: a.get(k) for k in ATTEMPT_KEYS}, "cost": attempt_cost(a, prices)} for a in attempts]
+    costs = [a["cost"] for a in shown if a["cost"] is not None]
     last = attempts[-1]
     return {
         "job_name": last["job_name"],
         "state": last["state"],
         "strategy": last["strategy"],
-        "attempts": [{k: a.get(k) for k in ATTEMPT_KEYS} for a in attempts],
+        "attempts": shown,
         "preemptions": preemptions,
         "queued_seconds": round(sum(a["queued_seconds"] for a in attempts), 3),
         "run_seconds": round(sum(a["run_seconds"] for a in attempts), 3),
         "gpu_hours": round(sum(a["gpu_hours"] for a in attempts), 4),
+        "cost": round(sum(costs), 4) if prices else None,
+        "currency": prices.get("currency") if prices else None,
         "console_url": console_url(last["job_name"]),
         "base_output_dir": base_output_dir,
     }

@@ -9,11 +9,14 @@ AirflowException
 │   ├── PreemptionBudgetExhausted         SPOT: preempted past the service's restarts, max_preemption_retries times
 │   ├── PersistentResourceUnavailable     the persistent resource is in ERROR or STOPPING
 │   ├── PersistentCapacityTimeout         the pool stayed busy past capacity_wait_timeout
+│   ├── CapacityUnavailable               another capacity outcome (e.g. a create refused for quota)
+│   ├── DeadlineExceeded                  no step of the plan can finish before the plan's deadline
 │   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
 └── AirflowFailException (no Airflow retry: retrying cannot help)
     └── InvalidTrainingSpec               the spec breaks a rule; raised before any GPU is requested
 ```
 Every message carries the job name and the service's ``error.message`` where there is one.
+With a capacity plan, the capacity errors are raised only when the plan has no step left.
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ class PersistentCapacityTimeout(GpuTrainingError):
 
 
 class VertexUnreachable(GpuTrainingError):
+    pass
+
+
+class CapacityUnavailable(GpuTrainingError):
+    pass
+
+
+class DeadlineExceeded(GpuTrainingError):
     pass
 
 

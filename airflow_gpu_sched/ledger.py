@@ -4,7 +4,9 @@ The store is scoped to (dag, run, task, map index) and survives retries, worker 
 clears. The ledger holds one "training run" of the task:
 
     {"run": <uuid>, "submission_key": <uuid hex>, "job_name": <name or null>,
-     "attempts": [<finished attempt records>], "preemptions": n, "completed": false}
+     "attempts": [<finished attempt records>], "preemptions": n, "completed": false,
+     "position": <index into the plan's (step, region) order>, "waiting_since": <when a
+     capacity wait began, or null>}
 
 - Before a create, a fresh submission key is saved; it also goes on the job as a label, so a
   try that died between the create and saving the job name finds the job by label.
@@ -43,13 +45,13 @@ class SubmissionLedger:
         self.data: dict[str, Any] = dict(self._store.get(LEDGER_KEY) or {})
         if not self.data or self.data.get("completed"):
             self.data = {"run": uuid.uuid4().hex, "submission_key": None, "job_name": None,
-                         "attempts": [], "preemptions": 0, "completed": False}
+                         "attempts": [], "preemptions": 0, "completed": False, "position": 0}
 
     @classmethod
     def from_context(cls, context: Any) -> SubmissionLedger:
         return cls(context.get("task_state_store") if hasattr(context, "get") else None)
 
-    def _save(self) -> None:
+    def save(self) -> None:
         try:
             from airflow.sdk.execution_time.context import NEVER_EXPIRE
 
@@ -77,20 +79,30 @@ class SubmissionLedger:
         """A fresh key for the next create, saved before the create is sent."""
         key = uuid.uuid4().hex
         self.data.update(submission_key=key, job_name=None)
-        self._save()
+        self.save()
         return key
 
     def record_job(self, job_name: str) -> None:
         self.data["job_name"] = job_name
-        self._save()
+        self.save()
 
     def finish_attempt(self, record: dict[str, Any], preemptions: int = 0, completed: bool = False) -> None:
         """Close the current attempt (its job ended), in one write: the next create needs a
         new key, and a successful task is marked completed at the same time."""
         self.data["attempts"] = [*self.attempts, record]
         self.data["preemptions"] = self.preemptions + preemptions
-        self.data.update(submission_key=None, job_name=None, completed=completed)
-        self._save()
+        self.data.update(submission_key=None, job_name=None, completed=completed, waiting_since=None)
+        self.save()
+
+    def move_to(self, position: int) -> None:
+        """The plan moves on: the next create is a new submission at ``position``."""
+        self.data.update(position=position, submission_key=None, job_name=None, waiting_since=None)
+        self.save()
+
+    def note_waiting_since(self, when: Any) -> None:
+        if not self.data.get("waiting_since"):
+            self.data["waiting_since"] = when.isoformat()
+            self.save()
 
     def count(self, outcome: str) -> int:
         return sum(1 for a in self.attempts if a.get("outcome") == outcome)

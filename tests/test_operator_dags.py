@@ -173,7 +173,7 @@ def test_example_dags_import_without_errors(examples):
 @pytest.mark.parametrize("dag_id, task_id, strategy", [
     ("nightly_retraining", "train", "FLEX_START"),
     ("spot_training", "train_on_spot", "SPOT"),
-    ("persistent_resource_training", "train_on_pool", "STANDARD"),
+    ("persistent_resource_training", "train_on_pool", "PERSISTENT_RESOURCE"),
 ])
 def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, strategy):
     result = run_dag(examples.get_dag(dag_id), logical_date=START)

@@ -203,7 +203,7 @@ def test_the_job_carries_the_submission_key_and_task_labels(fast_emulator):
     (lambda: spot(labels={"Team": "ML"}), "labels.Team"),
     (lambda: spot(worker_pool_specs="[not json", image_uri=None, **dict.fromkeys(A100)), "worker_pool_specs"),
     (lambda: PersistentResourceTrainingOperator(task_id="t", persistent_resource_id="Pool_A", **{**COMMON, **A100}),
-     "persistentResourceId"),
+     "persistent_resource_id"),
 ], ids=["flex-t4", "flex-timeout-8d", "negative-wait", "bad-duration", "spot-g2", "negative-budget",
         "upper-case-label", "non-json-pools", "bad-resource-id"])
 def test_bad_input_is_an_error_when_the_dag_is_parsed(factory, field):

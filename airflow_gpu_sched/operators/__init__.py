@@ -1,16 +1,19 @@
-"""The training operators: one capacity strategy each, one shared base.
+"""The training operators: ``GpuTrainingOperator(plan=[...])`` and its three presets, one
+capacity strategy first each (``fallback=[...]`` for the steps after it).
 
     from airflow_gpu_sched.operators import (
-        FlexStartTrainingOperator, SpotTrainingOperator, PersistentResourceTrainingOperator)
+        GpuTrainingOperator, FlexStartTrainingOperator, SpotTrainingOperator,
+        PersistentResourceTrainingOperator)
 """
 
-from airflow_gpu_sched.operators.base import VertexCustomJobLink, VertexTrainingOperator
+from airflow_gpu_sched.operators.base import GpuTrainingOperator, VertexCustomJobLink, VertexTrainingOperator
 from airflow_gpu_sched.operators.flex_start import FlexStartTrainingOperator
 from airflow_gpu_sched.operators.persistent import PersistentResourceTrainingOperator
 from airflow_gpu_sched.operators.spot import SpotTrainingOperator
 
 __all__ = [
     "FlexStartTrainingOperator",
+    "GpuTrainingOperator",
     "PersistentResourceTrainingOperator",
     "SpotTrainingOperator",
     "VertexCustomJobLink",

@@ -15,23 +15,42 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from airflow_gpu_sched import job_spec
+from airflow_gpu_sched import job_spec, signals
+from airflow_gpu_sched.accounting import attempt_record, console_url, resolve_prices, task_result
 from airflow_gpu_sched.errors import (
+    CapacityUnavailable,
+    CapacityWaitExpired,
+    DeadlineExceeded,
+    GpuTrainingError,
     InvalidTrainingSpec,
+    PersistentCapacityTimeout,
+    PersistentResourceUnavailable,
+    PreemptionBudgetExhausted,
     TrainingJobCancelled,
     TrainingJobFailed,
     VertexUnreachable,
 )
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
 from airflow_gpu_sched.models import CustomJob, parse_duration
-from airflow_gpu_sched.outcomes import JOB_EVENTS, Event, event_for_job, validate_event
+from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, event_for_job, validate_event
+from airflow_gpu_sched.plans import (
+    FlexStartStep,
+    PersistentResourceStep,
+    PlanError,
+    SpotStep,
+    Step,
+    parse_plan,
+    positions,
+)
+from airflow_gpu_sched.rules import Violation, check_persistent_fit
 from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW
 
 if TYPE_CHECKING:
@@ -70,17 +89,19 @@ def first_event(trigger: BaseTrigger) -> dict[str, Any]:
 
 
 class VertexTrainingOperator(BaseOperator):
-    """Base of the training operators; see the subclasses for each capacity strategy.
+    """Train on Vertex AI under a capacity plan: an ordered list of steps (strategies), each
+    with its own knobs and regions (:mod:`airflow_gpu_sched.plans`).
 
     :param project_id: Google Cloud project of the job.
-    :param location: region, e.g. ``us-central1``.
+    :param location: region, e.g. ``us-central1`` (a step's ``locations`` override it).
     :param display_name: the job's name in Vertex AI (default ``<dag_id>-<task_id>``).
     :param worker_pool_specs: the pools, as REST JSON dicts (as in the Vertex docs) or models;
         or use the one-pool shorthand ``image_uri``, ``command``, ``args``, ``env``,
         ``machine_type``, ``accelerator_type``, ``accelerator_count``, ``replica_count``.
     :param base_output_dir: ``gs://`` prefix -> ``baseOutputDirectory``; Vertex sets
         ``AIP_CHECKPOINT_DIR=<dir>/checkpoints/`` in every worker, and every attempt of the task
-        gets the same one, so a resubmitted job resumes from its checkpoints.
+        (every step and region of its plan) gets the same one, so a job resumes from the
+        checkpoints an earlier attempt left.
     :param labels: job labels (the operator adds ``managed-by``, the submission key and the
         DAG/task ids).
     :param timeout: the job's run-time limit (timedelta, seconds, ``"2h"``, ``"1800s"``).
@@ -89,8 +110,20 @@ class VertexTrainingOperator(BaseOperator):
         ``api_endpoint`` points at another root, e.g. the emulator).
     :param deferrable: wait in the triggerer (default) or poll in the worker.
     :param poll_interval: seconds between polls.
-    :param transient_error_window: seconds of failing polls (5xx, 429, network) tolerated before
-        the task fails with :class:`VertexUnreachable`.
+    :param transient_error_window: seconds of failing API calls (5xx, 429, network) tolerated
+        before the task fails with :class:`VertexUnreachable`.
+    :param fallback: steps tried after this operator's own when capacity does not come.
+    :param regions_first: on a capacity outcome try the step's next region before the next step
+        (default), or every step in one region before the next region.
+    :param deadline: bounds the whole plan: an absolute datetime, or a timedelta after the data
+        interval's end. Steps that can no longer finish (``expected_run_time``) are skipped, a
+        FLEX_START wait is clipped to the time left; past it the task fails with
+        :class:`DeadlineExceeded`.
+    :param expected_run_time: how long the job runs once it has its GPUs (for the deadline).
+    :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
+        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON.
+    :param on_capacity_acquired, on_preempted, on_fallback: callables (or Airflow notifiers)
+        handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     """
 
     template_fields = ("display_name", "worker_pool_specs", "image_uri", "args", "env",
@@ -98,8 +131,6 @@ class VertexTrainingOperator(BaseOperator):
     template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json"}
     operator_extra_links = (VertexCustomJobLink(),)
     ui_color = "#c9e4ff"
-
-    strategy: ClassVar[str] = "STANDARD"
 
     def __init__(
         self,
@@ -124,6 +155,15 @@ class VertexTrainingOperator(BaseOperator):
         deferrable: bool = True,
         poll_interval: float = 30.0,
         transient_error_window: float = TRANSIENT_ERROR_WINDOW,
+        plan: list[Step | dict[str, Any]] | None = None,
+        fallback: list[Step | dict[str, Any]] | None = None,
+        regions_first: bool = True,
+        deadline: datetime | timedelta | None = None,
+        expected_run_time: timedelta | float | str | None = None,
+        prices: dict[str, Any] | str | None = None,
+        on_capacity_acquired: Any = None,
+        on_preempted: Any = None,
+        on_fallback: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -147,22 +187,43 @@ class VertexTrainingOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
         self.transient_error_window = float(transient_error_window)
+        self.regions_first = regions_first
+        if deadline is not None and not isinstance(deadline, (datetime, timedelta)):
+            raise InvalidTrainingSpec([Violation("deadline", "must be a datetime or a timedelta after the "
+                                                             f"data interval's end (got {deadline!r})")])
+        self.deadline = deadline
+        self.expected_run_time = _duration_arg("expected_run_time", expected_run_time)
+        self.prices = prices
+        self.on_capacity_acquired = on_capacity_acquired
+        self.on_preempted = on_preempted
+        self.on_fallback = on_fallback
+        try:
+            self.plan = parse_plan([*(plan if plan is not None else self.own_steps()), *(fallback or [])])
+        except PlanError as exc:
+            raise InvalidTrainingSpec(exc.violations, f"plan of {self.task_id!r}") from None
         self._job_name: str | None = None
+        self._job_location: str | None = None
         self._check_at_parse_time()
+
+    def own_steps(self) -> list[Step]:
+        """The preset operators' own step (GpuTrainingOperator takes ``plan=`` instead)."""
+        raise InvalidTrainingSpec([Violation("plan", "give plan=[...] steps")])
+
+    # ------------------------------------------------------------------ the plan
+
+    def positions(self) -> list[tuple[int, str]]:
+        return positions(self.plan, self.location, self.regions_first)
+
+    def position(self, ledger: SubmissionLedger) -> tuple[int, Step, str]:
+        index = int(ledger.data.get("position", 0))
+        step_index, location = self.positions()[index]
+        return index, self.plan[step_index], location
 
     # ------------------------------------------------------------------ the job
 
-    def scheduling(self) -> dict[str, Any]:
-        """The job's ``scheduling`` block (subclasses add their strategy's fields)."""
-        block: dict[str, Any] = {"strategy": self.strategy}
-        if self.timeout is not None:
-            block["timeout"] = self.timeout
-        return block
-
-    def persistent_resource(self) -> str | None:
-        return None
-
-    def build_job(self, extra_labels: dict[str, str] | None = None) -> CustomJob:
+    def build_job(self, extra_labels: dict[str, str] | None = None, step: Step | None = None,
+                  max_wait: timedelta | None = None) -> CustomJob:
+        step = step or self.plan[0]
         pools = job_spec.worker_pools(
             self.worker_pool_specs, image_uri=self.image_uri, command=self.command, args=self.args,
             env=self.env, machine_type=self.machine_type, accelerator_type=self.accelerator_type,
@@ -170,19 +231,27 @@ class VertexTrainingOperator(BaseOperator):
         labels = {**(self.labels or {}), **(extra_labels or {})}
         return job_spec.build_custom_job(
             display_name=self.display_name or f"{self.dag_id}-{self.task_id}",
-            pools=pools, scheduling=self.scheduling(), labels=labels, base_output_dir=self.base_output_dir,
-            service_account=self.service_account, persistent_resource_id=self.persistent_resource())
+            pools=pools, scheduling=step.scheduling(self.timeout, max_wait), labels=labels,
+            base_output_dir=self.base_output_dir, service_account=self.service_account,
+            persistent_resource_id=step.resource_id)
+
+    def _violations(self, ignore_templates: bool) -> list[Violation]:
+        """Every step's rules: a spec one step cannot take is an error before anything runs."""
+        found = []
+        for index, step in enumerate(self.plan):
+            prefix = f"plan[{index}] {step.strategy}: " if len(self.plan) > 1 else ""
+            found += [Violation(v.path, prefix + v.rule)
+                      for v in job_spec.violations(self.build_job(step=step), ignore_templates=ignore_templates)]
+        return found
 
     def _check_at_parse_time(self) -> None:
         if isinstance(self.worker_pool_specs, str) and job_spec.has_template(self.worker_pool_specs):
             return  # all of it is a template: checked after rendering
-        job = self.build_job()
-        found = job_spec.violations(job, ignore_templates=True)
+        found = self._violations(ignore_templates=True)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
 
-    def validated_job(self, context: Context, submission_key: str | None = None) -> CustomJob:
-        """The job as it will be submitted (rendered), checked against every rule."""
+    def _labels(self, context: Context, submission_key: str | None) -> dict[str, str]:
         ti = context.get("ti")
         extra = {MANAGED_LABEL: MANAGED_VALUE,
                  "airflow-dag": _label_value(self.dag_id), "airflow-task": _label_value(self.task_id)}
@@ -190,7 +259,16 @@ class VertexTrainingOperator(BaseOperator):
             extra["airflow-map-index"] = str(ti.map_index)
         if submission_key:
             extra[SUBMISSION_LABEL] = submission_key
-        job = self.build_job(extra)
+        return extra
+
+    def validated_job(self, context: Context, submission_key: str | None = None, step: Step | None = None,
+                      max_wait: timedelta | None = None) -> CustomJob:
+        """The job as it will be submitted (rendered), checked against every rule."""
+        if step is None:  # before anything runs: every step of the plan
+            found = self._violations(ignore_templates=False)
+            if found:
+                raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
+        job = self.build_job(self._labels(context, submission_key), step, max_wait)
         found = job_spec.violations(job)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
@@ -198,13 +276,13 @@ class VertexTrainingOperator(BaseOperator):
 
     # ------------------------------------------------------------------ clients (lazy)
 
-    def client(self):
+    def client(self, location: str | None = None):
         from airflow_gpu_sched.client import RetryPolicy, VertexClient
 
         # Transient errors (429, 5xx, network) are retried for the transient-error window.
         retry = RetryPolicy(initial=min(1.0, self.poll_interval), maximum=30.0, deadline=self.transient_error_window)
-        return VertexClient.from_connection(self.gcp_conn_id, location=self.location, project=self.project_id,
-                                            retry=retry)
+        return VertexClient.from_connection(self.gcp_conn_id, location=location or self.location,
+                                            project=self.project_id, retry=retry)
 
     # ------------------------------------------------------------------ execute
 
@@ -227,34 +305,137 @@ class VertexTrainingOperator(BaseOperator):
         return self.start(context, ledger)
 
     def start(self, context: Context, ledger: SubmissionLedger) -> Any:
-        """Submit and wait. (The persistent-resource operator checks capacity first.)"""
-        return self.wait_for_job(context, self.submit(context, ledger))
+        """Run the plan from its current position: skip what the deadline rules out, check a
+        persistent resource first, else submit and wait."""
+        index, step, location = self.position(ledger)
+        max_wait, why_not = self._deadline_budget(context, step)
+        if why_not:
+            return self.fall_back(context, ledger, DeadlineExceeded(why_not), record=None)
+        if isinstance(step, PersistentResourceStep):
+            return self._start_on_resource(context, ledger, step, location, max_wait)
+        return self._submit_and_wait(context, ledger, step, location, max_wait)
+
+    def _submit_and_wait(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
+                         max_wait: timedelta | None) -> Any:
+        from airflow_gpu_sched.client import QuotaExceededError
+
+        try:
+            name = self.submit(context, ledger, step, location, max_wait)
+        except QuotaExceededError as exc:  # STANDARD (or any) create refused for quota: capacity outcome
+            record = self._no_job_record(ledger, step, location, "QUOTA_EXCEEDED", str(exc))
+            return self.fall_back(context, ledger, CapacityUnavailable("quota exceeded at create", None,
+                                                                       exc.message), record)
+        return self.wait_for_job(context, name)
+
+    def _deadline_budget(self, context: Context, step: Step) -> tuple[timedelta | None, str | None]:
+        """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run)."""
+        deadline = self._deadline(context)
+        if deadline is None:
+            return None, None
+        left = deadline - datetime.now(timezone.utc)
+        needed = self.expected_run_time or timedelta(0)
+        if left <= needed:
+            return None, (f"deadline {deadline.isoformat()}: {max(left, timedelta(0))} left, the job needs "
+                          f"{needed} to run: {step.strategy} skipped")
+        wait = left - needed
+        if isinstance(step, FlexStartStep):
+            own = step.max_wait_duration
+            return (wait if not own or own > wait else own), None
+        return wait, None
+
+    def _deadline(self, context: Context) -> datetime | None:
+        if self.deadline is None:
+            return None
+        if isinstance(self.deadline, datetime):
+            return self.deadline if self.deadline.tzinfo else self.deadline.replace(tzinfo=timezone.utc)
+        end = context.get("data_interval_end") or context.get("logical_date") or datetime.now(timezone.utc)
+        return end + self.deadline
+
+    def _start_on_resource(self, context: Context, ledger: SubmissionLedger, step: PersistentResourceStep,
+                           location: str, max_wait: timedelta | None) -> Any:
+        name = f"projects/{self.project_id}/locations/{location}/persistentResources/{step.resource_id}"
+        resource = self.client(location).get_persistent_resource(name)
+        state = resource.state.value if resource.state else "STATE_UNSPECIFIED"
+        if state in ("ERROR", "STOPPING"):
+            message = resource.error.message if resource.error else None
+            record = self._no_job_record(ledger, step, location, f"RESOURCE_{state}", message)
+            return self.fall_back(context, ledger, PersistentResourceUnavailable(
+                f"persistent resource {name} is {state}", None, message), record)
+        job = self.validated_job(context, step=step)
+        fit = check_persistent_fit(job.job_spec, resource)
+        if fit.mismatches:
+            raise InvalidTrainingSpec(fit.mismatches, f"job for persistent resource {step.resource_id!r}")
+        if state == "RUNNING" and fit.runs_now:
+            return self._submit_and_wait(context, ledger, step, location, None)
+        waits = [w for w in (step.capacity_wait_timeout, max_wait) if w is not None]
+        wait = min(waits) if waits else None
+        self.log.info("persistent resource %s is %s%s: waiting up to %s for capacity", name, state,
+                      "".join(f"; pool {s.resource_pool_id} has {s.free} of {s.wanted} replicas free"
+                              for s in fit.shortages), wait or "ever")
+        ledger.note_waiting_since(datetime.now(timezone.utc))
+        return self.wait_for_capacity(context, name, job.job_spec.to_api(), wait)
+
+    def wait_for_capacity(self, context: Context, resource_name: str, job_spec_json: dict[str, Any],
+                          wait: timedelta | None) -> Any:
+        from airflow_gpu_sched.triggers import PersistentCapacityTrigger
+
+        deadline = time.time() + wait.total_seconds() if wait is not None else None
+        trigger = PersistentCapacityTrigger(resource_name, job_spec_json, deadline, self.gcp_conn_id,
+                                            self.poll_interval, self.transient_error_window)
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_capacity")
+        return self._on_capacity_event(context, first_event(trigger))
+
+    def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
+        with vertex_reachable():
+            return self._on_capacity_event(context, event)
+
+    def _on_capacity_event(self, context: Context, event: Any) -> Any:
+        kind, event = validate_event(event, CAPACITY_EVENTS)
+        ledger = SubmissionLedger.from_context(context)
+        _, step, location = self.position(ledger)
+        message = event.get("message")
+        if kind is Event.CAPACITY_AVAILABLE:
+            self.log.info("capacity is free (%s): submitting", message)
+            return self._submit_and_wait(context, ledger, step, location, None)
+        if kind is Event.ERROR:
+            raise VertexUnreachable(message or "Vertex AI unreachable")
+        outcome = "CAPACITY_TIMEOUT" if kind is Event.CAPACITY_TIMEOUT else "RESOURCE_UNAVAILABLE"
+        record = self._no_job_record(ledger, step, location, outcome, message)
+        error_type = PersistentCapacityTimeout if kind is Event.CAPACITY_TIMEOUT else PersistentResourceUnavailable
+        return self.fall_back(context, ledger, error_type(
+            f"persistent resource {step.resource_id} {'stayed busy past its capacity wait' if kind is Event.CAPACITY_TIMEOUT else 'cannot take the job'}",
+            None, message), record)
 
     def _find_existing(self, ledger: SubmissionLedger) -> CustomJob | None:
+        _, _, location = self.position(ledger)
         if ledger.job_name:
-            return self.client().get_custom_job(ledger.job_name)
+            return self.client(location).get_custom_job(ledger.job_name)
         if ledger.submission_key:  # an earlier try died between the create and saving the name
-            found = self._find_by_key(ledger.submission_key)
+            found = self._find_by_key(ledger.submission_key, location)
             if found is not None:
                 ledger.record_job(found.name)
             return found
         return None
 
-    def _find_by_key(self, key: str) -> CustomJob | None:
+    def _find_by_key(self, key: str, location: str) -> CustomJob | None:
         flt = f'labels.{SUBMISSION_LABEL}="{key}"'
-        return next(iter(self.client().list_custom_jobs(filter=flt, page_size=10)), None)
+        return next(iter(self.client(location).list_custom_jobs(filter=flt, page_size=10)), None)
 
-    def submit(self, context: Context, ledger: SubmissionLedger) -> str:
+    def submit(self, context: Context, ledger: SubmissionLedger, step: Step | None = None,
+               location: str | None = None, max_wait: timedelta | None = None) -> str:
         from airflow_gpu_sched.client import AmbiguousCreateError
 
+        if step is None or location is None:
+            _, step, location = self.position(ledger)
         key = ledger.submission_key or ledger.new_submission()
-        job = self.validated_job(context, key)
-        client = self.client()
+        job = self.validated_job(context, key, step, max_wait)
+        client = self.client(location)
         try:
             created = client.create_custom_job(job)
         except AmbiguousCreateError as exc:
             # The create may or may not have made a job: the label says which.
-            created = self._find_by_key(key)
+            created = self._find_by_key(key, location)
             if created is None:
                 self.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again",
                                  job.display_name, exc)
@@ -263,11 +444,10 @@ class VertexTrainingOperator(BaseOperator):
         self._job_name = created.name
         ti = context.get("ti")
         if ti is not None:
-            from airflow_gpu_sched.accounting import console_url
-
             ti.xcom_push(key=JOB_NAME_KEY, value=created.name)
             ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(created.name))
-        self.log.info("submitted %s (%s, attempt %d)", created.name, self.strategy, len(ledger.attempts) + 1)
+        self.log.info("submitted %s (%s in %s, attempt %d)", created.name, step.describe(), location,
+                      len(ledger.attempts) + 1)
         return created.name
 
     def wait_for_job(self, context: Context, job_name: str) -> Any:
@@ -284,32 +464,77 @@ class VertexTrainingOperator(BaseOperator):
             return self.on_job_event(context, event)
 
     def on_job_event(self, context: Context, event: Any) -> Any:
-        from airflow_gpu_sched.accounting import attempt_record, task_result
-
         kind, event = validate_event(event, JOB_EVENTS)
         ledger = SubmissionLedger.from_context(context)
         if kind is Event.ERROR:
             raise VertexUnreachable(event.get("message") or "Vertex AI unreachable", event.get("job_name"))
         job = CustomJob.model_validate(event["job"])
+        index, step, location = self.position(ledger)
         restarts = int(event.get("observed_restarts", 0))
         preemptions = restarts + (1 if kind is Event.PREEMPTED else 0)
-        record = attempt_record(job, self.strategy, kind.value, restarts)
+        record = attempt_record(job, step.strategy, kind.value, restarts)
+        record.update(position=index, location=location)
         ledger.finish_attempt(record, preemptions, completed=kind is Event.SUCCEEDED)
         self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
                       record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
+        signals.attempt_finished(self, record, preemptions)
         if kind is Event.SUCCEEDED:
-            return task_result(ledger.attempts, ledger.preemptions, self.base_output_dir)
+            return self.result(ledger)
         message = job.error.message if job.error else None
         if kind is Event.CANCELLED:
             raise TrainingJobCancelled("the job was cancelled outside this task", job.name, message)
         if kind is Event.FAILED:
             raise TrainingJobFailed("the training job failed (not a capacity problem: not resubmitted)",
                                     job.name, message)
-        return self.on_capacity_outcome(context, ledger, kind, job)
+        if kind is Event.PREEMPTED and isinstance(step, SpotStep):
+            preempted_here = sum(1 for a in ledger.attempts
+                                 if a.get("position") == index and a.get("outcome") == Event.PREEMPTED.value)
+            if preempted_here <= step.max_preemption_retries:
+                self.log.warning("%s was preempted past the service's restarts: resubmitting (%d of %d), "
+                                 "resuming from the checkpoints in %s", job.name, preempted_here,
+                                 step.max_preemption_retries, self.base_output_dir or "(no base_output_dir!)")
+                return self._submit_and_wait(context, ledger, step, location, None)
+            error: GpuTrainingError = PreemptionBudgetExhausted(
+                f"SPOT job preempted past the service's restarts {preempted_here} time(s); "
+                f"max_preemption_retries={step.max_preemption_retries} spent", job.name, message)
+        elif kind is Event.CAPACITY_TIMEOUT:
+            error = CapacityWaitExpired("FLEX_START capacity never came: the job waited its maxWaitDuration "
+                                        "without getting all its GPUs at once", job.name, message)
+        else:
+            error = CapacityUnavailable(f"the job ended by {kind.value}", job.name, message)
+        return self.fall_back(context, ledger, error, record=None)
 
-    def on_capacity_outcome(self, context: Context, ledger: SubmissionLedger, kind: Event, job: CustomJob) -> Any:
-        """PREEMPTED or CAPACITY_TIMEOUT: each strategy decides (resubmit, or fail typed)."""
-        raise TrainingJobFailed(f"the job ended by {kind.value}", job.name, job.error.message if job.error else None)
+    def fall_back(self, context: Context, ledger: SubmissionLedger, error: GpuTrainingError,
+                  record: dict[str, Any] | None) -> Any:
+        """A capacity outcome: move to the plan's next position, or fail with ``error``."""
+        index, step, location = self.position(ledger)
+        if record is not None:
+            ledger.finish_attempt(record)
+        nxt = index + 1
+        if nxt >= len(self.positions()):
+            raise error  # the plan is spent: fail with what the last step ran into
+        next_step, next_location = self.plan[self.positions()[nxt][0]], self.positions()[nxt][1]
+        self.log.warning("capacity outcome on %s in %s (%s): falling back to %s in %s", step.describe(), location,
+                         error, next_step.describe(), next_location)
+        signals.fell_back(self, {"from": step.strategy, "from_location": location, "to": next_step.strategy,
+                                 "to_location": next_location, "reason": str(error)})
+        ledger.move_to(nxt)
+        return self.start(context, ledger)
+
+    def _no_job_record(self, ledger: SubmissionLedger, step: Step, location: str, state: str,
+                       error: str | None) -> dict[str, Any]:
+        """An attempt that never got a job (a busy or failed persistent pool, a quota refusal)."""
+        since = ledger.data.get("waiting_since")
+        now = datetime.now(timezone.utc)
+        waited = (now - datetime.fromisoformat(since)).total_seconds() if since else 0.0
+        index, _, _ = self.position(ledger)
+        return {"job_name": None, "strategy": step.strategy, "state": state, "create_time": None,
+                "start_time": None, "end_time": None, "queued_seconds": round(waited, 3), "run_seconds": 0.0,
+                "gpu_hours": 0.0, "restarts_observed": 0, "outcome": "capacity_timeout", "error": error,
+                "position": index, "location": location, "accelerator_type": None}
+
+    def result(self, ledger: SubmissionLedger) -> dict[str, Any]:
+        return task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices))
 
     def on_kill(self) -> None:
         """Sync mode (the worker polls): cancel the job when the task is killed."""
@@ -318,7 +543,7 @@ class VertexTrainingOperator(BaseOperator):
 
             self.log.info("task killed: cancelling %s", self._job_name)
             try:
-                self.client().cancel_custom_job(self._job_name)
+                self.client(self._job_name.split("/")[3]).cancel_custom_job(self._job_name)
             except InvalidArgumentError:
                 pass  # already finished
 
@@ -341,6 +566,12 @@ def _duration_arg(name: str, value: Any) -> timedelta | None:
     try:
         return parse_duration(value)
     except ValueError as exc:
-        from airflow_gpu_sched.rules import Violation
-
         raise InvalidTrainingSpec([Violation(name, str(exc))]) from None
+
+
+class GpuTrainingOperator(VertexTrainingOperator):
+    """Train under an explicit capacity plan: ``plan=[step, ...]`` (typed steps or dicts, see
+    :mod:`airflow_gpu_sched.plans`), tried in order on capacity outcomes."""
+
+    def __init__(self, *, plan: list[Step | dict[str, Any]], **kwargs: Any) -> None:
+        super().__init__(plan=plan, **kwargs)

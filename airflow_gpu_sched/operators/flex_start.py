@@ -5,40 +5,27 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_sched.errors import CapacityWaitExpired
 from airflow_gpu_sched.models import Scheduling
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
-from airflow_gpu_sched.outcomes import Event
+from airflow_gpu_sched.plans import FlexStartStep, Step
 
 
 class FlexStartTrainingOperator(VertexTrainingOperator):
-    """Train with ``scheduling.strategy=FLEX_START``.
+    """Train with ``scheduling.strategy=FLEX_START`` (a preset of the plan: its own step first,
+    then ``fallback=[...]``).
 
     :param max_wait_duration: how long the job may wait for its GPUs (timedelta, seconds,
-        ``"2h"``, ``"1800s"``); 0 waits forever; default 1 day. When it passes first, the task
-        fails with :class:`CapacityWaitExpired`.
+        ``"2h"``, ``"1800s"``); 0 waits forever; default 1 day. When it passes first and no
+        fallback is left, the task fails with :class:`CapacityWaitExpired`.
     DWS rules are checked before submitting: GPUs L4, A100, H100, H200 or B200; ``timeout`` at
     most 7 days; every worker pool the same machine configuration. FLEX_START uses the
     *preemptible* GPU quota of the region.
     """
-
-    strategy = "FLEX_START"
 
     def __init__(self, *, max_wait_duration: timedelta | float | str | None = Scheduling.DEFAULT_MAX_WAIT,
                  **kwargs: Any) -> None:
         self.max_wait_duration = _duration_arg("max_wait_duration", max_wait_duration)
         super().__init__(**kwargs)
 
-    def scheduling(self) -> dict[str, Any]:
-        block = super().scheduling()
-        if self.max_wait_duration is not None:
-            block["maxWaitDuration"] = self.max_wait_duration
-        return block
-
-    def on_capacity_outcome(self, context, ledger, kind, job):
-        if kind is Event.CAPACITY_TIMEOUT:
-            raise CapacityWaitExpired(
-                f"FLEX_START capacity never came: the job waited maxWaitDuration "
-                f"({self.max_wait_duration}) without getting all its GPUs at once",
-                job.name, job.error.message if job.error else None)
-        return super().on_capacity_outcome(context, ledger, kind, job)
+    def own_steps(self) -> list[Step]:
+        return [FlexStartStep(max_wait_duration=self.max_wait_duration)]
