@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 CONSOLE_URL_KEY = "console_url"
+MIN_FLEX_START_WAIT = timedelta(minutes=1)  # a shorter DWS wait is not worth a submission
 JOB_NAME_KEY = "job_name"
 
 
@@ -339,6 +340,9 @@ class VertexTrainingOperator(BaseOperator):
                           f"{needed} to run: {step.strategy} skipped")
         wait = left - needed
         if isinstance(step, FlexStartStep):
+            if wait < MIN_FLEX_START_WAIT:
+                return None, (f"deadline {deadline.isoformat()}: only {wait} would be left to wait for FLEX_START "
+                              f"capacity (less than {MIN_FLEX_START_WAIT}): FLEX_START skipped")
             own = step.max_wait_duration
             return (wait if not own or own > wait else own), None
         return wait, None

@@ -1,0 +1,176 @@
+"""Capacity plans against the emulator: fallback across strategies and regions, the deadline,
+cost and GPU-hours, callbacks; and plans rejected when the DAG is parsed."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import requests
+
+from airflow_gpu_sched.errors import DeadlineExceeded, InvalidTrainingSpec, TrainingJobFailed
+from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
+from airflow_gpu_sched.plans import FlexStartStep, StandardStep
+from tests.airflow_harness import run_dag
+from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
+from tests.test_operators import Store, context
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+COMMON = dict(project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1", poll_interval=0.02,
+              base_output_dir="gs://bucket/plan-run", **A100)
+EVENTS: list[tuple[str, dict]] = []  # what the callbacks saw (module level: DAG tasks run in-process)
+
+
+def _record(kind):
+    return lambda record: EVENTS.append((kind, record))
+
+
+def _jobs(emulator) -> list[dict]:
+    body = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()
+    return list(reversed(body.get("customJobs", [])))  # oldest first
+
+
+def test_a_plan_falls_back_through_every_strategy_and_succeeds_on_standard(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    fast_emulator.reset({**with_a100_pool(), "spotPreemptionsPerHour": 36000})
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with requests.Session() as http:  # a long job holds the pool's only replica
+        blocker = GpuTrainingOperator(task_id="b", plan=[{"strategy": "STANDARD"}], **COMMON).build_job()
+        blocker.job_spec.persistent_resource_id = "pool-a"
+        blocker.job_spec.scheduling = None
+        body = blocker.to_api()
+        body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] = [
+            {"name": "EMULATOR_RUN_SECONDS", "value": "1000000"}]
+        http.post(f"{fast_emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", json=body,
+                  timeout=5).raise_for_status()
+    fast_emulator.advance(2)
+    EVENTS.clear()
+    with DAG("full_plan", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", plan=[
+            {"strategy": "PERSISTENT_RESOURCE", "persistent_resource_id": "pool-a", "capacity_wait_timeout": 0.5},
+            {"strategy": "FLEX_START", "max_wait_duration": "60s"},
+            {"strategy": "SPOT", "max_preemption_retries": 0},
+            {"strategy": "STANDARD"},
+        ], on_fallback=_record("fallback"), on_preempted=_record("preempted"),
+            on_capacity_acquired=_record("acquired"), **COMMON)
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    training = result["train"].return_value
+    assert [a["strategy"] for a in training["attempts"]] == ["PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD"]
+    assert [a["state"] for a in training["attempts"]] == ["CAPACITY_TIMEOUT", "JOB_STATE_FAILED", "JOB_STATE_FAILED",
+                                                           "JOB_STATE_SUCCEEDED"]
+    assert training["strategy"] == "STANDARD" and training["state"] == "JOB_STATE_SUCCEEDED"
+    ours = [j for j in _jobs(fast_emulator) if j.get("labels", {}).get("airflow-task") == "train"]
+    assert [j["jobSpec"].get("scheduling", {}).get("strategy") for j in ours] == ["FLEX_START", "SPOT", "STANDARD"]
+    assert {j["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"] for j in ours} == {"gs://bucket/plan-run"}
+    assert [e for e, _ in EVENTS].count("fallback") == 3
+    assert [r["to"] for e, r in EVENTS if e == "fallback"] == ["FLEX_START", "SPOT", "STANDARD"]
+    assert [e for e, _ in EVENTS].count("acquired") == 2  # the SPOT job and the STANDARD job got GPUs
+
+
+def test_the_next_region_is_tried_before_the_next_step(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with DAG("regions", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", plan=[
+            {"strategy": "FLEX_START", "max_wait_duration": "60s", "locations": [LOCATION, "us-east4"]},
+            {"strategy": "STANDARD"}], **COMMON)
+
+    training = run_dag(dag, logical_date=START)["train"].return_value
+    assert [(a["strategy"], a["location"]) for a in training["attempts"]] == [
+        ("FLEX_START", LOCATION), ("FLEX_START", "us-east4")]
+    assert training["job_name"].startswith(f"projects/{PROJECT}/locations/us-east4/customJobs/")
+
+
+def test_steps_first_order_tries_every_step_in_a_region_before_the_next(fast_emulator):
+    op = GpuTrainingOperator(task_id="t", regions_first=False, plan=[
+        {"strategy": "FLEX_START", "locations": ["us-central1", "us-east4"]},
+        {"strategy": "SPOT", "locations": ["us-central1", "us-east4"]}], **COMMON)
+    assert op.positions() == [(0, "us-central1"), (1, "us-central1"), (0, "us-east4"), (1, "us-east4")]
+
+
+def test_a_deadline_too_close_for_flex_start_skips_it(fast_emulator):
+    deadline = datetime.now(timezone.utc) + timedelta(minutes=2)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, deadline=deadline, expected_run_time="100s",
+                             plan=[FlexStartStep(max_wait_duration=timedelta(hours=2)), StandardStep()], **COMMON)
+    result = op.execute(context())
+    assert [a["strategy"] for a in result["attempts"]] == ["STANDARD"]
+    assert fast_emulator.stats()["jobsCreated"] == {"STANDARD": 1}
+
+
+def test_a_flex_start_wait_is_clipped_to_the_deadline(fast_emulator):
+    deadline = datetime.now(timezone.utc) + timedelta(hours=1)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, deadline=deadline, expected_run_time="30m",
+                             plan=[FlexStartStep(max_wait_duration=timedelta(hours=2))], **COMMON)
+    name = op.execute(context())["job_name"]
+    job = op.client().get_custom_job(name)
+    assert timedelta(minutes=29) < job.job_spec.scheduling.max_wait_duration <= timedelta(minutes=30)
+
+
+def test_a_deadline_no_step_can_meet_fails_with_a_deadline_error(fast_emulator):
+    op = GpuTrainingOperator(task_id="t", deferrable=False, deadline=datetime.now(timezone.utc) + timedelta(minutes=5),
+                             expected_run_time="1h", plan=[{"strategy": "FLEX_START"}, {"strategy": "STANDARD"}],
+                             **COMMON)
+    with pytest.raises(DeadlineExceeded, match="deadline"):
+        op.execute(context())
+    assert fast_emulator.stats()["requests"].get("customJobs.create", 0) == 0
+
+
+def test_a_user_code_failure_on_spot_does_not_fall_back(fast_emulator):
+    op = SpotTrainingOperator(task_id="t", deferrable=False, fallback=[{"strategy": "STANDARD"}],
+                              env={"EMULATOR_EXIT_CODE": "1"}, **COMMON)
+    with pytest.raises(TrainingJobFailed):
+        op.execute(context())
+    assert fast_emulator.stats()["jobsCreated"] == {"SPOT": 1}
+
+
+def test_cost_and_gpu_hours_are_the_sums_of_the_emulators_timestamps(fast_emulator):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    prices = {"currency": "EUR", "NVIDIA_TESLA_A100": {"FLEX_START": 2.0, "STANDARD": 3.0}}
+    op = GpuTrainingOperator(task_id="t", deferrable=False, prices=prices, plan=[
+        {"strategy": "FLEX_START", "max_wait_duration": "60s"}, {"strategy": "STANDARD"}],
+        env={"EMULATOR_RUN_SECONDS": "720"}, **COMMON)
+    result = op.execute(context())
+    expected_hours = expected_cost = 0.0
+    for job in _jobs(fast_emulator):
+        if job.get("startTime"):
+            hours = (datetime.fromisoformat(job["endTime"].replace("Z", "+00:00"))
+                     - datetime.fromisoformat(job["startTime"].replace("Z", "+00:00"))).total_seconds() / 3600
+            expected_hours += hours
+            expected_cost += hours * prices["NVIDIA_TESLA_A100"][job["jobSpec"]["scheduling"]["strategy"]]
+    assert result["gpu_hours"] == pytest.approx(expected_hours, abs=1e-3) and expected_hours == pytest.approx(0.2, abs=0.01)
+    assert result["cost"] == pytest.approx(expected_cost, abs=1e-3) and result["currency"] == "EUR"
+    assert [a["cost"] for a in result["attempts"]] == [0.0, pytest.approx(expected_cost, abs=1e-3)]
+
+
+def test_prices_can_come_from_an_airflow_variable(fast_emulator, monkeypatch):
+    import json
+
+    monkeypatch.setenv("AIRFLOW_VAR_GPU_PRICES", json.dumps({"currency": "USD",
+                                                             "NVIDIA_TESLA_A100": {"STANDARD": 1.0}}))
+    op = GpuTrainingOperator(task_id="t", deferrable=False, prices="gpu_prices", plan=[{"strategy": "STANDARD"}],
+                             env={"EMULATOR_RUN_SECONDS": "360"}, **COMMON)
+    result = op.execute(context())
+    assert result["currency"] == "USD" and result["cost"] == pytest.approx(0.1, abs=0.005)
+
+
+@pytest.mark.parametrize("plan, field, words", [
+    ([{"strategy": "SPOT"}], "machineType", "A2 and A3"),
+    ([{"strategy": "CHEAPEST"}], "plan[0].strategy", "must be one of"),
+    ([{"strategy": "FLEX_START", "max_wait": "2h"}], "plan[0].max_wait", "not an argument of a FLEX_START step"),
+    ([{"strategy": "FLEX_START", "max_wait_duration": "-1h"}], "plan[0].max_wait_duration", "0 (wait forever)"),
+    ([{"strategy": "SPOT", "max_preemption_retries": -2}], "plan[0].max_preemption_retries", ">= 0"),
+    ([{"strategy": "PERSISTENT_RESOURCE", "persistent_resource_id": "Bad_Id"}], "plan[0].persistent_resource_id",
+     "not a persistent resource id"),
+    ([], "plan", "non-empty"),
+], ids=["spot-on-g2", "unknown-strategy", "unknown-key", "negative-wait", "negative-budget", "bad-resource-id",
+        "empty"])
+def test_a_plan_a_step_cannot_take_is_an_error_when_the_dag_is_parsed(plan, field, words):
+    with pytest.raises(InvalidTrainingSpec) as raised:
+        GpuTrainingOperator(task_id="t", plan=plan, **{**COMMON, "machine_type": "g2-standard-8",
+                                                       "accelerator_type": "NVIDIA_L4"})
+    assert field in str(raised.value) and words in str(raised.value)
