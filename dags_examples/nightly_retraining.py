@@ -1,7 +1,10 @@
 """Nightly retraining: prepare the data, train on FLEX_START (DWS) GPUs, evaluate.
 
 The training job waits (deferred, no worker slot held) until all 8 H100s are free at once,
-for at most 2 hours; the evaluation reads the training task's figures from XCom.
+for at most 2 hours. If they never come, the plan falls back: FLEX_START in a second region,
+then Spot VMs (resuming from the same checkpoints), and the whole plan must finish within
+8 hours of the data interval's end, so it never runs into the working day. The evaluation
+reads the training task's figures (wait, run, GPU-hours, cost) from XCom.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, task
@@ -48,6 +51,12 @@ with DAG(
         accelerator_type="NVIDIA_H100_80GB",
         accelerator_count=8,
         max_wait_duration="2h",
+        fallback=[
+            {"strategy": "FLEX_START", "max_wait_duration": "1h", "locations": ["us-east4"]},
+            {"strategy": "SPOT", "max_preemption_retries": 2},
+        ],
+        deadline=timedelta(hours=8),
+        expected_run_time="1h",
         timeout="6h",
         base_output_dir=BUCKET + "/nightly/{{ ds_nodash }}",
         labels={"team": "ml-platform", "pipeline": "nightly-retraining"},
@@ -59,7 +68,8 @@ with DAG(
         """Report what the night cost: waiting, running, GPU-hours."""
         print(f"trained {training['job_name']} ({training['strategy']}): state {training['state']}, "
               f"queued {training['queued_seconds'] / 60:.1f} min, ran {training['run_seconds'] / 60:.1f} min, "
-              f"{training['gpu_hours']:.2f} GPU-hours over {len(training['attempts'])} attempt(s)")
+              f"{training['gpu_hours']:.2f} GPU-hours over {len(training['attempts'])} attempt(s)"
+              + (f", {training['cost']:.2f} {training['currency']}" if training["cost"] is not None else ""))
         return {"model_dir": f"{training['base_output_dir']}/model/", "gpu_hours": training["gpu_hours"]}
 
     prepare_data() >> train

@@ -176,11 +176,13 @@ def test_example_dags_import_without_errors(examples):
     ("persistent_resource_training", "train_on_pool", "PERSISTENT_RESOURCE"),
 ])
 def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, strategy):
-    result = run_dag(examples.get_dag(dag_id), logical_date=START)
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    result = run_dag(examples.get_dag(dag_id), logical_date=today)  # tonight's run: its deadline is ahead
     assert result.state == "success", result.tasks
     assert result[task_id].return_value["strategy"] == strategy
     if dag_id == "nightly_retraining":
-        assert result["evaluate"].return_value["model_dir"] == "gs://demo-training-bucket/nightly/20260101/model/"
+        assert result["evaluate"].return_value["model_dir"] == (
+            f"gs://demo-training-bucket/nightly/{today:%Y%m%d}/model/")
 
 
 def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):

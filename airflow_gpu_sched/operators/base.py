@@ -309,7 +309,7 @@ class VertexTrainingOperator(BaseOperator):
         """Run the plan from its current position: skip what the deadline rules out, check a
         persistent resource first, else submit and wait."""
         index, step, location = self.position(ledger)
-        max_wait, why_not = self._deadline_budget(context, step)
+        max_wait, why_not = self._deadline_budget(context, ledger, step)
         if why_not:
             return self.fall_back(context, ledger, DeadlineExceeded(why_not), record=None)
         if isinstance(step, PersistentResourceStep):
@@ -328,9 +328,10 @@ class VertexTrainingOperator(BaseOperator):
                                                                        exc.message), record)
         return self.wait_for_job(context, name)
 
-    def _deadline_budget(self, context: Context, step: Step) -> tuple[timedelta | None, str | None]:
+    def _deadline_budget(self, context: Context, ledger: SubmissionLedger,
+                         step: Step) -> tuple[timedelta | None, str | None]:
         """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run)."""
-        deadline = self._deadline(context)
+        deadline = self._deadline(context, ledger)
         if deadline is None:
             return None, None
         left = deadline - datetime.now(timezone.utc)
@@ -347,13 +348,22 @@ class VertexTrainingOperator(BaseOperator):
             return (wait if not own or own > wait else own), None
         return wait, None
 
-    def _deadline(self, context: Context) -> datetime | None:
+    def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
+        """The plan's deadline. A timedelta counts from the data interval's end; in a manual
+        run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
+        counts from when the task first started instead (kept in the ledger across tries)."""
         if self.deadline is None:
             return None
         if isinstance(self.deadline, datetime):
             return self.deadline if self.deadline.tzinfo else self.deadline.replace(tzinfo=timezone.utc)
-        end = context.get("data_interval_end") or context.get("logical_date") or datetime.now(timezone.utc)
-        return end + self.deadline
+        anchor = context.get("data_interval_end") or context.get("logical_date")
+        dag_run = context.get("dag_run")
+        if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
+            if not ledger.data.get("started_at"):
+                ledger.data["started_at"] = datetime.now(timezone.utc).isoformat()
+                ledger.save()
+            anchor = datetime.fromisoformat(ledger.data["started_at"])
+        return anchor + self.deadline
 
     def _start_on_resource(self, context: Context, ledger: SubmissionLedger, step: PersistentResourceStep,
                            location: str, max_wait: timedelta | None) -> Any:
