@@ -109,3 +109,17 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "console_url": console_url(last["job_name"]),
         "base_output_dir": base_output_dir,
     }
+
+
+def summary_table(result: dict[str, Any]) -> str:
+    """The attempts and totals as a fixed-width table, for the task log."""
+    rows = [("#", "strategy", "region", "state", "queued s", "run s", "GPU-h", "cost")]
+    for number, a in enumerate(result["attempts"], 1):
+        rows.append((str(number), a["strategy"], a.get("location") or "", (a["state"] or "").removeprefix("JOB_STATE_"),
+                     f"{a['queued_seconds']:.0f}", f"{a['run_seconds']:.0f}", f"{a['gpu_hours'] or 0:.3f}",
+                     "" if a["cost"] is None else f"{a['cost']:.2f}"))
+    rows.append(("", "total", "", "", f"{result['queued_seconds']:.0f}", f"{result['run_seconds']:.0f}",
+                 f"{result['gpu_hours']:.3f}",
+                 "" if result["cost"] is None else f"{result['cost']:.2f} {result['currency'] or ''}".strip()))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 
+from airflow_gpu_sched.accounting import summary_table
 from airflow_gpu_sched.errors import DeadlineExceeded, InvalidTrainingSpec, TrainingJobFailed
 from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
 from airflow_gpu_sched.plans import FlexStartStep, StandardStep
@@ -69,6 +70,7 @@ def test_a_plan_falls_back_through_every_strategy_and_succeeds_on_standard(airfl
     assert [e for e, _ in EVENTS].count("fallback") == 3
     assert [r["to"] for e, r in EVENTS if e == "fallback"] == ["FLEX_START", "SPOT", "STANDARD"]
     assert [e for e, _ in EVENTS].count("acquired") == 2  # the SPOT job and the STANDARD job got GPUs
+    assert [r["strategy"] for e, r in EVENTS if e == "preempted"] == ["SPOT"]  # once, for the SPOT attempt
 
 
 def test_the_next_region_is_tried_before_the_next_step(airflow_db, fast_emulator):
@@ -145,6 +147,10 @@ def test_cost_and_gpu_hours_are_the_sums_of_the_emulators_timestamps(fast_emulat
     assert result["gpu_hours"] == pytest.approx(expected_hours, abs=1e-3) and expected_hours == pytest.approx(0.2, abs=0.01)
     assert result["cost"] == pytest.approx(expected_cost, abs=1e-3) and result["currency"] == "EUR"
     assert [a["cost"] for a in result["attempts"]] == [0.0, pytest.approx(expected_cost, abs=1e-3)]
+    table = summary_table(result)
+    assert table.splitlines()[0].split() == ["#", "strategy", "region", "state", "queued", "s", "run", "s", "GPU-h",
+                                             "cost"]
+    assert "FLEX_START" in table and table.splitlines()[-1].split()[-1] == "EUR"
 
 
 def test_prices_can_come_from_an_airflow_variable(fast_emulator, monkeypatch):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_gpu_sched import job_spec, signals
-from airflow_gpu_sched.accounting import attempt_record, console_url, resolve_prices, task_result
+from airflow_gpu_sched.accounting import attempt_record, console_url, resolve_prices, summary_table, task_result
 from airflow_gpu_sched.errors import (
     CapacityUnavailable,
     CapacityWaitExpired,
@@ -548,7 +548,9 @@ class VertexTrainingOperator(BaseOperator):
                 "position": index, "location": location, "accelerator_type": None}
 
     def result(self, ledger: SubmissionLedger) -> dict[str, Any]:
-        return task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices))
+        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices))
+        self.log.info("training summary:\n%s", summary_table(result))
+        return result
 
     def on_kill(self) -> None:
         """Sync mode (the worker polls): cancel the job when the task is killed."""
