@@ -387,3 +387,12 @@ def test_faults_are_injected_counted_and_cleared(vertex, emulator):
     assert vertex.list() == {}
     stats = emulator.stats()
     assert stats["faultsInjected"] == 1 and stats["requests"]["customJobs.list"] == 2
+
+
+def test_gpu_quota_refuses_creates_over_it(vertex, emulator):
+    emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", preemptible=1)
+    vertex.create(job("SPOT"))
+    error = vertex.create(job("FLEX_START"), expect=429)["error"]  # FLEX_START uses the preemptible quota too
+    assert error["status"] == "RESOURCE_EXHAUSTED"
+    assert "custom_model_training_preemptible_nvidia_a100_gpus" in error["message"]
+    vertex.create(job("STANDARD"))  # the on-demand quota is separate

@@ -180,3 +180,14 @@ def test_a_plan_a_step_cannot_take_is_an_error_when_the_dag_is_parsed(plan, fiel
         GpuTrainingOperator(task_id="t", plan=plan, **{**COMMON, "machine_type": "g2-standard-8",
                                                        "accelerator_type": "NVIDIA_L4"})
     assert field in str(raised.value) and words in str(raised.value)
+
+
+def test_a_create_refused_for_quota_moves_the_plan_on(fast_emulator):
+    fast_emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=0)  # no on-demand A100s in this region
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+        {"strategy": "STANDARD", "locations": [LOCATION, "us-east4"]}], **COMMON)
+    result = op.execute(context())
+    assert [(a["location"], a["state"]) for a in result["attempts"]] == [
+        (LOCATION, "QUOTA_EXCEEDED"), ("us-east4", "JOB_STATE_SUCCEEDED")]
+    assert "custom_model_training_nvidia_a100_gpus" in result["attempts"][0]["error"]
+    assert fast_emulator.stats()["requests"]["customJobs.create"] == 2  # a resource quota is not retried

@@ -387,6 +387,8 @@ def next_step(call: ApiCall, error: VertexError, attempt: int, elapsed: float,
               policy: RetryPolicy, rng: _Rng) -> Retry | GiveUp:
     """The one retry classifier. ``attempt`` counts failures before this one (0 first);
     ``elapsed`` is seconds since the first send."""
+    if isinstance(error, QuotaExceededError) and error.is_resource_quota:
+        return GiveUp(error)  # GPUs over the region's quota: no retry frees them; the caller decides
     if call.safety is Safety.CREATE:
         # Retry a create only when the failure proves no job was made: a quota rejection,
         # or a connection that never opened. Anything else may have created the job.

@@ -113,6 +113,15 @@ class AlreadyExistsError(VertexApiError):
 class QuotaExceededError(VertexApiError):
     """429 RESOURCE_EXHAUSTED: request-rate or resource quota; nothing was created."""
 
+    @property
+    def is_resource_quota(self) -> bool:
+        """A resource quota (GPUs in a region), not a request rate: retrying soon cannot help.
+
+        Vertex words it "The following quota metrics exceed quota limits: aiplatform.googleapis.com/
+        custom_model_training_nvidia_l4_gpus"; rate limits read "Quota exceeded for quota metric
+        '... requests' ... per minute"."""
+        return "exceed quota limits" in (self.message or "")
+
 
 class ServerError(VertexApiError):
     """5xx: the service failed; the request may or may not have taken effect."""

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
-from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, Scenario
+from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, Scenario
 
 _SEG = r"[^/:]+"
 _PARENT = rf"projects/(?P<project>{_SEG})/locations/(?P<location>{_SEG})"
@@ -169,6 +169,12 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         setting = CapacitySetting.model_validate(await _body(request))
         backend.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
         return {"capacity": backend.capacity.snapshot()}
+
+    @control("POST", "quota")
+    async def quota(request: Request) -> dict:
+        setting = QuotaSetting.model_validate(await _body(request))
+        backend.set_quota(setting.model_dump())
+        return {"quota": [{"location": k[0], "acceleratorType": k[1], k[2]: v} for k, v in backend.quota.items()]}
 
     @control("POST", "faults")
     async def faults(request: Request) -> dict:

@@ -172,6 +172,9 @@ class Backend:
         self.faults = self.scenario.faults
         self.stats: dict[str, Any] = {"requests": {}, "faultsInjected": 0, "jobsCreated": {},
                                       "preemptions": 0, "serviceRestarts": 0, "cancels": 0}
+        self.quota: dict[tuple[str, str, str], int] = {}
+        for quota in self.scenario.quota:
+            self.set_quota(quota.model_dump())
         for setting in self.scenario.capacity:
             self.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
         for seeded in self.scenario.persistent_resources:
@@ -187,6 +190,28 @@ class Backend:
             return
         self.capacity.set(location, accelerator, **tiers)
         self._admit(self.clock.now())
+
+    def set_quota(self, setting: dict) -> None:
+        for kind in ("standard", "preemptible"):
+            if setting.get(kind) is not None:
+                self.quota[(setting["location"], setting["accelerator_type"], kind)] = setting[kind]
+
+    def _check_quota(self, location: str, tier: str, demand: dict[str, int]) -> None:
+        """GPUs of unfinished jobs count against the region's quota (SPOT and FLEX_START: the
+        preemptible one); over it, the create is refused with 429 as Vertex does."""
+        kind = "standard" if tier == "standard" else "preemptible"
+        for accelerator, wanted in demand.items():
+            limit = self.quota.get((location, accelerator, kind))
+            if limit is None:
+                continue
+            used = sum(r.demand.get(accelerator, 0) for r in self.jobs.values()
+                       if r.location == location and r.tier != "persistent" and not r.state.is_terminal()
+                       and ("standard" if r.tier == "standard" else "preemptible") == kind)
+            if used + wanted > limit:
+                gpu = accelerator.lower().removeprefix("nvidia_").removeprefix("tesla_")
+                metric = f"custom_model_training_{'preemptible_' if kind == 'preemptible' else ''}nvidia_{gpu}_gpus"
+                raise ApiError("RESOURCE_EXHAUSTED", "The following quota metrics exceed quota limits: "
+                                                     f"aiplatform.googleapis.com/{metric}")
 
     # ------------------------------------------------------------------ events
 
@@ -359,6 +384,8 @@ class Backend:
         tier, demand = tier_of(strategy), {a.value: n for a, n in spec.accelerator_demand().items()}
         if spec.persistent_resource_id:
             tier, demand = "persistent", self._persistent_demand(project, location, job)
+        else:
+            self._check_quota(location, tier, demand)
         first = spec.worker_pool_specs[0]
         env = first.env
         try:

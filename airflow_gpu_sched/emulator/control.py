@@ -30,6 +30,12 @@ class EmulatorControl:
                 "spot": spot, "flexStart": flex_start, "atSeconds": at_seconds}
         return self._call("POST", "capacity", {k: v for k, v in body.items() if v is not None})
 
+    def set_quota(self, location: str, accelerator_type: str, *, standard: int | None = None,
+                  preemptible: int | None = None) -> dict:
+        body = {"location": location, "acceleratorType": accelerator_type, "standard": standard,
+                "preemptible": preemptible}
+        return self._call("POST", "quota", {k: v for k, v in body.items() if v is not None})
+
     def set_faults(self, error_rate: float = 0.0, status_codes: list[int] | None = None,
                    latency_seconds: float = 0.0, after_handler_rate: float = 0.0) -> dict:
         """Inject errors; ``after_handler_rate``: share of them that hit after the request was

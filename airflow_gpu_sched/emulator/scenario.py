@@ -32,6 +32,16 @@ class CapacitySetting(TierCapacity):
     at_seconds: float | None = Field(None, description="apply at this emulated second (None: now)")
 
 
+class QuotaSetting(_Camel):
+    """GPU quota per region and accelerator: on-demand (STANDARD) and preemptible (SPOT and
+    FLEX_START, which Vertex charges to the preemptible quota)."""
+
+    location: str
+    accelerator_type: str
+    standard: int | None = None
+    preemptible: int | None = None
+
+
 class Faults(_Camel):
     error_rate: float = 0.0
     status_codes: list[int] = Field(default_factory=lambda: [429, 503])
@@ -63,6 +73,7 @@ class Scenario(_Camel):
         default_factory=lambda: TierCapacity(standard=64, spot=64, flex_start=64)
     )
     capacity: list[CapacitySetting] = Field(default_factory=list)
+    quota: list[QuotaSetting] = Field(default_factory=list)  # none set: unlimited
     faults: Faults = Field(default_factory=Faults)
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
 
