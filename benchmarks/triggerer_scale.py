@@ -26,12 +26,11 @@ import json
 import os
 import random
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
 import requests
 

@@ -15,7 +15,7 @@ import requests
 from airflow_gpu_sched.accounting import RESULT_KEYS
 from airflow_gpu_sched.ledger import LEDGER_KEY
 from tests.airflow_harness import run_dag
-from tests.conftest import LOCATION, PROJECT, with_a100_pool
+from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 EXAMPLES = Path(__file__).parent.parent / "dags_examples"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -96,6 +96,8 @@ def test_a_retry_after_a_worker_crash_between_create_and_defer_makes_no_second_j
 
 def test_spot_preempted_past_the_service_restarts_is_resubmitted_and_counted(airflow):
     from airflow.sdk import DAG
+
+    airflow.reset({**FAST, "provisioningSeconds": 40})  # each restart PENDING for 0.4 s: never missed
 
     with DAG("spot_recovery", schedule=None, start_date=START) as dag:
         _spot(env={"EMULATOR_RUN_SECONDS": "300"}, max_preemption_retries=2)

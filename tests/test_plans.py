@@ -13,8 +13,8 @@ from airflow_gpu_sched.errors import DeadlineExceeded, InvalidTrainingSpec, Trai
 from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
 from airflow_gpu_sched.plans import FlexStartStep, StandardStep
 from tests.airflow_harness import run_dag
-from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
-from tests.test_operators import Store, context
+from tests.conftest import LOCATION, PROJECT, with_a100_pool
+from tests.test_operators import context
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)

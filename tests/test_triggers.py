@@ -12,7 +12,7 @@ import requests
 
 from airflow_gpu_sched.client import VertexClient
 from airflow_gpu_sched.triggers import CustomJobTrigger, PersistentCapacityTrigger
-from tests.conftest import LOCATION, PROJECT, with_a100_pool
+from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
 
@@ -73,6 +73,7 @@ async def test_job_trigger_flex_start_wait_expiry(fast_emulator):
 
 
 async def test_job_trigger_counts_the_service_restarts_it_sees(fast_emulator):
+    fast_emulator.reset({**FAST, "provisioningSeconds": 40})  # each restart PENDING for 0.4 s: never missed
     name = _create(fast_emulator, _job("SPOT", run_seconds=3000))
 
     def preempt_seven_times():

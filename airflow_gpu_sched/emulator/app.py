@@ -14,7 +14,7 @@ import re
 from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, Scenario

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_gpu_sched.plans import SpotStep, Step
+from airflow_gpu_sched.plans import Step
 from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
 
