@@ -2,6 +2,7 @@
 
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
     airflow-gpu-sched demo [--speed X] [--strategies]
+    airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json) [--out timeline.svg]
 """
 
 from __future__ import annotations
@@ -36,6 +37,25 @@ def _demo(args: argparse.Namespace) -> int:
     return run_nightly_demo(speed=args.speed)
 
 
+def _timeline(args: argparse.Namespace) -> int:
+    import json
+
+    from airflow_gpu_sched.timeline import rows_from_result, to_svg
+
+    if args.emulator:
+        import requests
+
+        svg = requests.get(f"{args.emulator.rstrip('/')}/emulator/v1/timeline.svg", timeout=30).text
+    else:
+        with open(args.xcom) as handle:
+            result = json.load(handle)
+        svg = to_svg(rows_from_result(result), f"training timeline: {result.get('job_name', '')}")
+    with open(args.out, "w") as handle:
+        handle.write(svg)
+    print(f"timeline written to {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-gpu-sched", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--strategies", action="store_true",
                       help="instead: one job of each strategy, submitted with the client, life cycles printed")
     demo.set_defaults(func=_demo)
+
+    timeline = sub.add_parser("timeline", help="write a timeline SVG from an emulator or a task's XCom result")
+    source = timeline.add_mutually_exclusive_group(required=True)
+    source.add_argument("--emulator", help="the emulator's base URL: every job it holds")
+    source.add_argument("--xcom", help="a training task's return value (JSON file): one row per attempt")
+    timeline.add_argument("--out", default="timeline.svg")
+    timeline.set_defaults(func=_timeline)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -196,6 +196,21 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         backend.advance()
         return {"now": backend.clock.now().isoformat(), "speed": backend.clock.speed}
 
+    async def dashboard(request: Request) -> Response:
+        from airflow_gpu_sched.emulator.dashboard import render
+
+        backend.advance()
+        return Response(render(backend), media_type="text/html")
+
+    async def timeline_svg(request: Request) -> Response:
+        from airflow_gpu_sched.timeline import to_svg
+
+        backend.advance()
+        return Response(to_svg(backend.timeline_rows(), "Vertex AI emulator: jobs"), media_type="image/svg+xml")
+
+    app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/emulator/v1/timeline.svg", timeline_svg, methods=["GET"], include_in_schema=False)
+
     async def by_name(request: Request) -> Response:
         # POST /emulator/v1/{name}:preempt | :setState ; GET /emulator/v1/{name}:history
         path = request.path_params["name"]

@@ -641,6 +641,19 @@ class Backend:
         return {"name": name, "restarts": record.restarts, "progressSeconds": record.progress,
                 "history": [{"state": s, "time": t.isoformat()} for s, t in record.history]}
 
+    def timeline_rows(self) -> list:
+        """Every job, newest first, as timeline rows (for the dashboard and the SVG)."""
+        from airflow_gpu_sched.timeline import Row, segments_from_history
+
+        now = self.clock.now()
+        rows = []
+        for record in reversed(self.jobs.values()):
+            strategy = "PERSISTENT_RESOURCE" if record.tier == "persistent" else record.job.job_spec.strategy.value
+            label = f"{record.job.display_name} ({record.job.job_id})"
+            rows.append(Row(label, strategy, record.state.value.removeprefix("JOB_STATE_"),
+                            segments_from_history(record.history, now)))
+        return rows
+
     def _describe_demand(self, record: JobRecord) -> str:
         return ", ".join(f"{n} x {a}" for a, n in record.demand.items()) + f" in {record.location}"
 
