@@ -129,6 +129,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
     with EmulatorServer(scenario) as emulator:
         print(f"Vertex AI emulator at {emulator.url} (x{speed:g}: one real second is {speed / 60:g} emulated "
               "minutes; no H100s for FLEX_START for the first 40 emulated minutes)", flush=True)
+        print(f"  dashboard (while the demo runs): {emulator.url}/", flush=True)
         env = {**os.environ,
                "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -175,6 +176,13 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
             print(f"  {job.display_name:34} {job.job_spec.strategy.value:11} "
                   f"{job.state.value.removeprefix('JOB_STATE_'):11} {queued:4.0f} min {ran:4.0f} min "
                   f"{gpus * ran / 60:8.2f}")
-        print(f"\nnightly_retraining succeeded in {time.monotonic() - started:.0f}s of real time; "
-              f"Airflow log: {log_path}")
+        from airflow_gpu_sched.emulator.dashboard import render
+        from airflow_gpu_sched.timeline import to_svg
+
+        out = home.parent
+        (out / "timeline.svg").write_text(to_svg(emulator.backend.timeline_rows(), "nightly_retraining: training jobs"))
+        (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))
+        print(f"\nnightly_retraining succeeded in {time.monotonic() - started:.0f}s of real time")
+        print(f"  timeline: {out / 'timeline.svg'}   dashboard snapshot: {out / 'dashboard.html'}")
+        print(f"  Airflow log: {log_path}")
         return 0

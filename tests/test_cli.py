@@ -90,3 +90,4 @@ def test_the_main_job_runs_nightly_retraining_through_airflow_dags_test(tmp_path
     assert "training jobs: QUEUED: 1" in result.stdout  # it waited for the FLEX_START capacity
     assert "nightly-retraining-" in result.stdout and "FLEX_START  SUCCEEDED" in result.stdout
     assert "nightly_retraining succeeded" in result.stdout
+    assert (tmp_path / ".demo" / "timeline.svg").read_text().startswith("<svg")
