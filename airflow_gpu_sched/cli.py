@@ -17,6 +17,12 @@ def _emulator(args: argparse.Namespace) -> int:
     scenario = Scenario.load(args.scenario) if args.scenario else Scenario()
     if args.speed is not None:
         scenario = scenario.model_copy(update={"speed": args.speed})
+    if args.execute:
+        scenario = scenario.model_copy(update={"execute": True, "execute_root": args.execute_root,
+                                               "execute_workdir": args.workdir})
+    if args.execute and args.allow_remote:
+        print("error: --execute runs commands from job specs: loopback only", file=sys.stderr)
+        return 2
     try:
         server = EmulatorServer(scenario, host=args.host, port=args.port, allow_remote=args.allow_remote)
     except ValueError as exc:
@@ -66,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     emulator.add_argument("--port", type=int, default=8765)
     emulator.add_argument("--scenario", help="JSON or YAML scenario file")
     emulator.add_argument("--speed", type=float, help="emulated seconds per real second")
+    emulator.add_argument("--execute", action="store_true",
+                          help="run each RUNNING job's command as a local process (loopback only; off by default)")
+    emulator.add_argument("--execute-root", help="with --execute: where gs:// paths and logs go")
+    emulator.add_argument("--workdir", help="with --execute: the processes' working directory")
     emulator.add_argument("--allow-remote", action="store_true",
                           help="allow a non-loopback --host (the emulator has no authentication)")
     emulator.set_defaults(func=_emulator)

@@ -157,7 +157,17 @@ class Backend:
     # ------------------------------------------------------------------ set-up
 
     def reset(self, scenario: Scenario | None = None) -> None:
+        if getattr(self, "executor", None) is not None:
+            self.executor.stop_all()
         self.scenario = scenario or Scenario()
+        self.executor = None
+        if self.scenario.execute:
+            import tempfile
+
+            from airflow_gpu_sched.emulator.executor import LocalExecutor
+
+            root = self.scenario.execute_root or tempfile.mkdtemp(prefix="vertex_emulator_")
+            self.executor = LocalExecutor(root, self.scenario.execute_workdir)
         self.clock = EmulatedClock(self.scenario.speed)
         self.rng = random.Random(self.scenario.seed)
         self.capacity = CapacityLedger(self.scenario.default_capacity)
@@ -221,6 +231,12 @@ class Backend:
     def advance(self) -> None:
         """Apply every event due by now, in time order, each at its own time."""
         now = self.clock.now()
+        if self.executor is not None:  # --execute: a process that ended decides its job
+            for name, status in self.executor.finished():
+                record = self.jobs.get(name)
+                if record is not None and record.state is S.JOB_STATE_RUNNING:
+                    record.exit_code = status
+                    self._job_event(record, "finish", now)
         while self._events and self._events[0][0] <= now:
             when, _, kind, key, epoch = heapq.heappop(self._events)
             if kind == "capacity":
@@ -324,7 +340,11 @@ class Backend:
         if record.job.start_time is None:
             record.job.start_time = when
         remaining = max(0.0, record.run_seconds - record.progress)
-        self._schedule(when + timedelta(seconds=remaining), "finish", record.job.name, record.epoch)
+        if self.executor is not None:
+            self.executor.start(record.job)  # the process's exit ends the job
+            remaining = float("inf")
+        else:
+            self._schedule(when + timedelta(seconds=remaining), "finish", record.job.name, record.epoch)
         scheduling = record.job.job_spec.scheduling
         if scheduling and scheduling.timeout:
             left = scheduling.timeout.total_seconds() - record.progress
@@ -337,6 +357,8 @@ class Backend:
                 self._schedule(when + timedelta(seconds=after), "preempt", record.job.name, record.epoch)
 
     def _stop_running(self, record: JobRecord, when: datetime) -> None:
+        if self.executor is not None:
+            self.executor.stop(record.job.name)  # SIGTERM: preempted, cancelled or timed out
         if record.running_since is not None:
             record.progress += (when - record.running_since).total_seconds()
             record.running_since = None

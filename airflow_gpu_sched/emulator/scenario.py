@@ -76,6 +76,10 @@ class Scenario(_Camel):
     quota: list[QuotaSetting] = Field(default_factory=list)  # none set: unlimited
     faults: Faults = Field(default_factory=Faults)
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
+    # --execute: run each RUNNING job's command as a local process (see emulator/executor.py)
+    execute: bool = False
+    execute_root: str | None = None  # where gs:// paths and logs go (default: a temporary folder)
+    execute_workdir: str | None = None  # the processes' working directory (default: the current one)
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
