@@ -116,19 +116,45 @@ def run_demo(speed: float = 120.0) -> int:
 
 
 NIGHTLY_SPEED = 120.0
+POOL = {"displayName": "shared A100 pool", "resourcePools": [{"id": "a100s", "replicaCount": "1", "machineSpec": {
+    "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}]}
+
+
+def _preempt_spot_past_the_restarts(control: EmulatorControl, client: VertexClient, stop: list) -> None:
+    """Preempt the first SPOT job seven times (each after a second of running): the service
+    restarts it six times, then gives up; the operator resubmits and the run resumes."""
+    done, seen_running = 0, None
+    while done < 7 and not stop:
+        jobs = [j for j in client.list_custom_jobs(filter='labels.airflow-dag="spot_training"')]
+        first = jobs[-1] if jobs else None
+        if first is not None and first.state.value == "JOB_STATE_RUNNING":
+            seen_running = seen_running or time.monotonic()
+            if time.monotonic() - seen_running >= 1.0:
+                control.preempt(first.name)
+                done += 1
+                seen_running = None
+        else:
+            seen_running = None
+        time.sleep(0.1)
 
 
 def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> int:
-    home = Path(workdir).resolve() / "airflow_home"
-    shutil.rmtree(home, ignore_errors=True)
+    import threading
+
+    out = Path(workdir).resolve()
+    home = out / "airflow_home"
+    shutil.rmtree(out, ignore_errors=True)
     home.mkdir(parents=True)
-    dags = Path(__file__).resolve().parent.parent / "dags_examples"
+    repo = Path(__file__).resolve().parent.parent
+    dags, training = repo / "dags_examples", repo / "dags_examples" / "training"
     scenario = Scenario.model_validate({
         "seed": 1, "speed": speed, "provisioningSeconds": 120,
-        "capacity": [{"location": LOCATION, "acceleratorType": "NVIDIA_H100_80GB", "flexStart": 0}]})
+        "execute": True, "executeRoot": str(out / "vertex"), "executeWorkdir": str(training),
+        "capacity": [{"location": LOCATION, "acceleratorType": "NVIDIA_H100_80GB", "flexStart": 0}],
+        "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": "a100-pool", "resource": POOL}]})
     with EmulatorServer(scenario) as emulator:
-        print(f"Vertex AI emulator at {emulator.url} (x{speed:g}: one real second is {speed / 60:g} emulated "
-              "minutes; no H100s for FLEX_START for the first 40 emulated minutes)", flush=True)
+        print(f"Vertex AI emulator at {emulator.url} (x{speed:g} emulated time; the jobs' training script "
+              f"really runs: {training / 'train.py'})", flush=True)
         print(f"  dashboard (while the demo runs): {emulator.url}/", flush=True)
         env = {**os.environ,
                "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
@@ -136,53 +162,84 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
                "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": {
                    "project": PROJECT, "api_endpoint": emulator.url}}),
-               "GPU_SCHED_PROJECT": PROJECT, "GPU_SCHED_LOCATION": LOCATION, "GPU_SCHED_POLL_INTERVAL": "0.5",
-               "GPU_SCHED_EMULATED_RUN_SECONDS": "1200", "GPU_SCHED_DATA_DIR": str(home / "data")}
+               "GPU_SCHED_PROJECT": PROJECT, "GPU_SCHED_LOCATION": LOCATION, "GPU_SCHED_POLL_INTERVAL": "0.3",
+               "GPU_SCHED_DATA_DIR": str(home / "data")}
         airflow = str(Path(sys.executable).parent / "airflow")
         print("setting up a throwaway Airflow home (SQLite) in", home, flush=True)
         subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
-        print("airflow dags test nightly_retraining: data prep -> FLEX_START training -> evaluation", flush=True)
-        started = time.monotonic()
-        log_path = home / "dags_test.log"
         control = EmulatorControl(emulator.url)
-        # The DWS capacity frees up 40 emulated minutes from now (20 s of real time at x120).
+        client = VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
+        started = time.monotonic()
+
+        def dags_test(dag_id: str, story: str) -> None:
+            print(f"\nairflow dags test {dag_id}: {story}", flush=True)
+            log_path = home / f"{dag_id}.log"
+            with open(log_path, "w") as log:
+                process = subprocess.Popen([airflow, "dags", "test", dag_id], env=env, stdout=log,
+                                           stderr=subprocess.STDOUT)
+                last = None
+                while process.poll() is None:  # progress while it waits
+                    states = sorted((j.state.value.removeprefix("JOB_STATE_"))
+                                    for j in client.list_custom_jobs(filter=f'labels.airflow-dag="{dag_id}"'))
+                    line = ", ".join(f"{s}: {states.count(s)}" for s in dict.fromkeys(states))
+                    if line and line != last:
+                        print(f"  [{time.monotonic() - started:5.1f}s] {dag_id} jobs: {line}", flush=True)
+                        last = line
+                    time.sleep(0.3)
+            if process.returncode != 0:
+                print(log_path.read_text()[-4000:])
+                raise SystemExit(f"airflow dags test {dag_id} failed; full log: {log_path}")
+
+        # FLEX_START: no H100s for 40 emulated minutes (20 s), then 8 free at once.
         control.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=8, at_seconds=2400)
-        with open(log_path, "w") as log:
-            process = subprocess.Popen([airflow, "dags", "test", "nightly_retraining"], env=env, stdout=log,
-                                       stderr=subprocess.STDOUT)
-            last = None
-            while process.poll() is None:  # progress while it waits
-                states = control.stats()["jobsByState"]
-                line = ", ".join(f"{k.removeprefix('JOB_STATE_')}: {v}" for k, v in sorted(states.items()))
-                if line and line != last:
-                    print(f"  [{time.monotonic() - started:5.1f}s] training jobs: {line}", flush=True)
-                    last = line
-                time.sleep(0.5)
-        output = log_path.read_text()
-        if process.returncode != 0:
-            print(output[-4000:])
-            print(f"airflow dags test failed ({process.returncode}); full log: {log_path}")
+        dags_test("nightly_retraining", "data prep -> FLEX_START training (waits for 8 H100s) -> evaluation")
+
+        stop: list = []
+        preempter = threading.Thread(target=_preempt_spot_past_the_restarts, args=(control, client, stop),
+                                     daemon=True)
+        preempter.start()
+        dags_test("spot_training", "SPOT preempted past the service's 6 restarts, resubmitted, resumes "
+                                   "from its checkpoint")
+        stop.append(True)
+
+        blocker = client.create_custom_job({"displayName": "someone-elses-job", "jobSpec": {
+            "persistentResourceId": "a100-pool", "workerPoolSpecs": [{
+                "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
+                                "acceleratorCount": 1}, "replicaCount": "1",
+                "containerSpec": {"imageUri": "x", "command": ["python", "-c", "import time; time.sleep(25)"]}}]}})
+        dags_test("persistent_resource_training", f"the pool's only replica is busy ({blocker.display_name}), "
+                                                  "then frees")
+
+        jobs = list(client.list_custom_jobs(filter='labels.managed-by="airflow-gpu-sched"'))
+        print("\n  training task (emulated minutes)             strategy             attempts  queued     ran        "
+              "GPU-hours")
+        for dag_id in ("nightly_retraining", "spot_training", "persistent_resource_training"):
+            mine = [j for j in jobs if (j.labels or {}).get("airflow-dag") == dag_id]
+            queued = sum(((j.start_time or j.end_time) - j.create_time).total_seconds() for j in mine) / 60
+            ran = sum((j.end_time - j.start_time).total_seconds() for j in mine if j.start_time and j.end_time) / 60
+            gpus = sum((p.machine_spec.accelerator_count or 0) * p.replicas
+                       for j in mine[:1] for _, p in j.job_spec.active_pools())
+            strategy = "PERSISTENT_RESOURCE" if mine and mine[0].job_spec.persistent_resource_id else (
+                mine[0].job_spec.strategy.value if mine else "-")
+            task = f"{dag_id}.{mine[0].labels.get('airflow-task', '')}" if mine else dag_id
+            print(f"  {task:44} {strategy:20} {len(mine):8}  {queued:6.1f} min {ran:6.1f} min {gpus * ran / 60:9.3f}")
+
+        resumed = [line for path in sorted((out / "vertex" / "logs").glob("*.log"))
+                   for line in path.read_text().splitlines() if line.startswith("resuming from step")]
+        steps = [int(line.rsplit(" ", 1)[-1]) for line in resumed]
+        if not steps or max(steps) <= 0:
+            print("the SPOT training never resumed from a checkpoint")
             return 1
-        for line in output.splitlines():
-            if "trained projects/" in line or "ended JOB_STATE" in line:
-                print("  " + line.split("] ", 1)[-1][:200] if "] " in line else "  " + line[:200])
-        with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
-            jobs = list(client.list_custom_jobs())
-        print("\n  training job                       strategy    state       queued    ran     GPU-hours")
-        for job in jobs:
-            queued = (job.start_time - job.create_time).total_seconds() / 60 if job.start_time else 0
-            ran = (job.end_time - job.start_time).total_seconds() / 60 if job.start_time and job.end_time else 0
-            gpus = sum((p.machine_spec.accelerator_count or 0) * p.replicas for _, p in job.job_spec.active_pools())
-            print(f"  {job.display_name:34} {job.job_spec.strategy.value:11} "
-                  f"{job.state.value.removeprefix('JOB_STATE_'):11} {queued:4.0f} min {ran:4.0f} min "
-                  f"{gpus * ran / 60:8.2f}")
+        print(f"\n  checkpoint/resume: the SPOT training script resumed {len(steps)} times, last from step "
+              f"{steps[-1]} (logs in {out / 'vertex' / 'logs'})")
+
         from airflow_gpu_sched.emulator.dashboard import render
         from airflow_gpu_sched.timeline import to_svg
 
-        out = home.parent
-        (out / "timeline.svg").write_text(to_svg(emulator.backend.timeline_rows(), "nightly_retraining: training jobs"))
+        (out / "timeline.svg").write_text(to_svg(emulator.backend.timeline_rows(), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))
-        print(f"\nnightly_retraining succeeded in {time.monotonic() - started:.0f}s of real time")
+        print(f"\nnightly_retraining succeeded (and the SPOT and persistent-resource examples) in "
+              f"{time.monotonic() - started:.0f}s of real time")
         print(f"  timeline: {out / 'timeline.svg'}   dashboard snapshot: {out / 'dashboard.html'}")
-        print(f"  Airflow log: {log_path}")
+        print(f"  Airflow logs: {home}/*.log")
         return 0

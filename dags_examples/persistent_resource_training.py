@@ -30,7 +30,7 @@ with DAG(
         capacity_wait_timeout="30m",
         image_uri=IMAGE,
         command=["python", "train.py"],
-        args=["--steps=1000"],
+        args=["--steps=200"],
         env=EMULATOR_ENV,
         machine_type="a2-highgpu-1g",
         accelerator_type="NVIDIA_TESLA_A100",

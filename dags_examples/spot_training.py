@@ -32,7 +32,7 @@ with DAG(
             "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
                             "acceleratorCount": 1},
             "replicaCount": 1,
-            "containerSpec": {"imageUri": IMAGE, "command": ["python", "train.py"], "args": ["--steps=1000"],
+            "containerSpec": {"imageUri": IMAGE, "command": ["python", "train.py"], "args": ["--steps=300"],
                               "env": [{"name": k, "value": v} for k, v in EMULATOR_ENV.items()]},
         }],
         base_output_dir=BUCKET + "/spot/{{ ds_nodash }}",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ class LocalExecutor:
             argv = ["python", "-m", task.python_module or "", *(task.args or [])]
         if not argv:
             argv = ["true"]  # an image's own entrypoint cannot run here: succeed at once
+        elif argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # the image's python is this machine's
         env = {**os.environ, **pool.env, "CLOUD_ML_JOB_ID": job.job_id or ""}
         if spec.base_output_directory and spec.base_output_directory.output_uri_prefix:
             base = self.local_path(spec.base_output_directory.output_uri_prefix)

@@ -1,0 +1,364 @@
+"""Run Airflow 3.3 as deployed: scheduler, dag-processor, triggerer and api-server as separate
+processes, LocalExecutor, a fresh AIRFLOW_HOME, on a throwaway PostgreSQL cluster.
+
+Usage::
+
+    with PostgresCluster() as pg, AirflowDeployment(home, pg.url, dags, env) as airflow:
+        run_id = airflow.trigger("e2e_training")
+        assert airflow.wait("e2e_training", run_id, timeout=120) == "success"
+
+Notes (measured on 3.3.2, PostgreSQL 15):
+  * Airflow 3 also opens an async engine: ``postgresql+psycopg2`` needs ``asyncpg`` installed
+    (the async URL is derived as ``postgresql+asyncpg``); without it ``airflow db migrate`` fails.
+  * The pytest process has a SQLite AIRFLOW_HOME in its env (tests/conftest.py); the components
+    get an env with every ``AIRFLOW*`` variable removed and the deployment's own set instead.
+  * Each component runs in its own session (process group): ``kill``/``stop`` signal the whole
+    group plus any descendants that left it (LocalExecutor workers, the triggerer's runner).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests
+
+VENV_BIN = Path(sys.executable).parent
+COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pg_available() -> bool:
+    return shutil.which("pg_createcluster") is not None and bool(_pg_versions())
+
+
+def _pg_versions() -> list[str]:
+    base = Path("/usr/lib/postgresql")
+    return sorted((p.name for p in base.iterdir() if (p / "bin" / "postgres").exists()), key=int) if base.exists() else []
+
+
+class PostgresCluster:
+    """A throwaway Debian PostgreSQL cluster (trust auth, loopback, a free port), dropped on exit."""
+
+    def __init__(self, version: str | None = None, port: int | None = None, dbname: str = "airflow"):
+        self.version = version or _pg_versions()[-1]
+        self.port = port or free_port()
+        self.name = f"e2e{uuid.uuid4().hex[:8]}"
+        self.dbname = dbname
+        self._created = False
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{self.dbname}"
+
+    def _run(self, *cmd: str) -> None:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+    def create(self) -> None:
+        self._run("pg_createcluster", self.version, self.name, "-p", str(self.port), "--",
+                  "--auth-local=trust", "--auth-host=trust")
+        self._created = True
+
+    def start(self) -> None:
+        self._run("pg_ctlcluster", self.version, self.name, "start")
+
+    def createdb(self) -> None:
+        import psycopg2
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres")
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f'CREATE DATABASE "{self.dbname}"')
+        finally:
+            conn.close()
+
+    def drop(self) -> None:
+        if self._created:
+            subprocess.run(["pg_dropcluster", "--stop", self.version, self.name],
+                           capture_output=True, timeout=120)
+            self._created = False
+
+    def __enter__(self) -> PostgresCluster:
+        try:
+            self.create()
+            self.start()
+            self.createdb()
+        except BaseException:
+            self.drop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.drop()
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:
+        return []
+
+
+def _signal_tree(pgid: int, pids: list[int], sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        # a zombie child of ours counts as gone
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                continue
+        except OSError:
+            continue
+        return True
+    return False
+
+
+class AirflowDeployment:
+    """The four Airflow components as separate processes on ``db_url``, LocalExecutor."""
+
+    def __init__(self, home: str | os.PathLike, db_url: str, dags_folder: str | os.PathLike,
+                 env: dict[str, str] | None = None, api_port: int | None = None):
+        self.home = Path(home).resolve()
+        self.dags_folder = Path(dags_folder).resolve()
+        self.db_url = db_url
+        self.api_port = api_port or free_port()
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.log_dir = self.home / "component-logs"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = self._build_env(env or {})
+        self.session = requests.Session()
+
+    def _build_env(self, extra: dict[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        (self.home / "plugins").mkdir(parents=True, exist_ok=True)
+        env.update({
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url,
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.home / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* airflow_gpu_sched.*",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__PARALLELISM": "8",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "e2e-jwt-secret-" + uuid.uuid4().hex,
+            "AIRFLOW__API__SECRET_KEY": "e2e-secret-" + uuid.uuid4().hex,
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__API__BASE_URL": self.api_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+            "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
+            "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "600",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+            "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "5",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(extra)
+        return env
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def _airflow(self, *args: str) -> list[str]:
+        return [str(VENV_BIN / "airflow"), *args]
+
+    def migrate(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_dir / "db-migrate.log", "ab") as log:
+            proc = subprocess.run(self._airflow("db", "migrate"), env=self.env, cwd=self.home,
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{(self.log_dir / 'db-migrate.log').read_text()[-5000:]}")
+
+    def start(self, component: str) -> None:
+        assert component in COMPONENTS, component
+        if component in self.procs and self.procs[component].poll() is None:
+            raise RuntimeError(f"{component} is already running")
+        args = {"api-server": ("api-server", "-H", "127.0.0.1", "-p", str(self.api_port))}.get(component, (component,))
+        log = open(self.log_dir / f"{component}.log", "ab")
+        log.write(f"\n===== starting {component} at {time.strftime('%H:%M:%S')} =====\n".encode())
+        log.flush()
+        self.procs[component] = subprocess.Popen(self._airflow(*args), env=self.env, cwd=self.home,
+                                                 stdout=log, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+
+    def _stop(self, component: str, sig: int, grace: float = 20.0) -> None:
+        proc = self.procs.get(component)
+        if proc is None:
+            return
+        pids = [proc.pid, *_descendants(proc.pid)]
+        _signal_tree(proc.pid, pids, sig)
+        deadline = time.monotonic() + (grace if sig != signal.SIGKILL else 5)
+        while time.monotonic() < deadline:
+            proc.poll()
+            pids += [p for p in _descendants(proc.pid) if p not in pids]
+            if not _alive(pids):
+                break
+            time.sleep(0.1)
+        else:
+            _signal_tree(proc.pid, pids, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self, component: str) -> None:
+        """SIGKILL the component and its children: a crash, nothing gets to clean up."""
+        self._stop(component, signal.SIGKILL)
+
+    def terminate(self, component: str, grace: float = 20.0) -> None:
+        """SIGTERM (then SIGKILL after ``grace`` s): a graceful shutdown."""
+        self._stop(component, signal.SIGTERM, grace)
+
+    def restart(self, component: str) -> None:
+        if self.procs.get(component) is not None and self.procs[component].poll() is None:
+            self.terminate(component)
+        self.start(component)
+        if component == "api-server":
+            self.wait_api()
+
+    def stop(self) -> None:
+        for component in reversed(COMPONENTS):
+            self.terminate(component)
+
+    def wait_api(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self.procs.get("api-server")
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"api-server exited ({proc.returncode}):\n{self.logs()[-5000:]}")
+            try:
+                if self.session.get(f"{self.api_url}/api/v2/monitor/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"api-server did not answer within {timeout}s:\n{self.logs()[-5000:]}")
+
+    def __enter__(self) -> AirflowDeployment:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.dags_folder.mkdir(parents=True, exist_ok=True)
+        self.migrate()
+        try:
+            for component in COMPONENTS:
+                self.start(component)
+            self.wait_api()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- REST API v2 --------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.session.request(method, f"{self.api_url}/api/v2/{path.lstrip('/')}", timeout=30, **kwargs)
+        if response.status_code >= 400:
+            raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
+        return response.json() if response.content else None
+
+    def wait_dag(self, dag_id: str, timeout: float = 120.0) -> dict:
+        """Wait until the dag-processor has parsed and serialized ``dag_id``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            response = self.session.get(f"{self.api_url}/api/v2/dags/{dag_id}", timeout=10)
+            if response.status_code == 200:
+                return response.json()
+            time.sleep(0.5)
+        errors = self.session.get(f"{self.api_url}/api/v2/importErrors", timeout=10).text
+        raise TimeoutError(f"DAG {dag_id} not parsed within {timeout}s; import errors: {errors}\n{self.logs()[-5000:]}")
+
+    def trigger(self, dag_id: str, conf: dict | None = None, timeout: float = 120.0) -> str:
+        self.wait_dag(dag_id, timeout)
+        self.api("PATCH", f"dags/{dag_id}", json={"is_paused": False})
+        run = self.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}")["state"]
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 180.0) -> str:
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            time.sleep(0.5)
+        return state or "unknown"
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+
+    def wait_task_state(self, dag_id: str, run_id: str, task_id: str, states: set[str],
+                        timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for ti in self.task_instances(dag_id, run_id):
+                if ti["task_id"] == task_id and ti["state"] in states:
+                    return ti["state"]
+            time.sleep(0.3)
+        raise TimeoutError(f"{task_id} never reached {states}: {self.task_instances(dag_id, run_id)}")
+
+    # -- diagnostics -----------------------------------------------------------------------------
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted(self.log_dir.glob("*.log")):
+            parts.append(f"\n===== {path.name} =====\n{path.read_text(errors='replace')}")
+        task_logs = self.home / "logs"
+        if task_logs.exists():
+            for path in sorted(task_logs.rglob("*.log")):
+                parts.append(f"\n===== task log {path.relative_to(task_logs)} =====\n{path.read_text(errors='replace')}")
+        return "".join(parts)

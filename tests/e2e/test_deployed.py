@@ -1,0 +1,91 @@
+"""Airflow 3.3 as deployed (4 processes, LocalExecutor, PostgreSQL) against the emulator.
+
+Assertions are made against the emulator's own records (what Vertex would have seen), not only
+against what Airflow says.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_gpu_sched.emulator import EmulatorServer
+from airflow_gpu_sched.emulator.control import EmulatorControl
+from tests.e2e.harness import AirflowDeployment, PostgresCluster, pg_available
+
+pytestmark = pytest.mark.e2e
+
+DAGS = Path(__file__).parent / "dags"
+FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
+DAG_ID = "e2e_training"
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    if not pg_available():
+        pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
+    root = tmp_path_factory.mktemp("e2e")
+    dags = root / "dags"
+    dags.mkdir()
+    for dag_file in DAGS.glob("*.py"):
+        shutil.copy(dag_file, dags / dag_file.name)
+    with EmulatorServer() as emulator, PostgresCluster() as pg:
+        conn = {"conn_type": "google_cloud_platform",
+                "extra": {"project": "e2e-project", "api_endpoint": emulator.url}}
+        env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn)}
+        with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
+            airflow.emulator = EmulatorControl(emulator.url)
+            yield airflow
+
+
+@pytest.fixture
+def airflow(deployment):
+    deployment.emulator.reset(FAST)
+    return deployment
+
+
+def _jobs(emulator: EmulatorControl) -> list[dict]:
+    response = emulator._session.get(f"{emulator.url}/v1/projects/e2e-project/locations/us-central1/customJobs",
+                                     timeout=10)
+    response.raise_for_status()
+    return response.json().get("customJobs", [])
+
+
+def _check_one_succeeded_job(airflow: AirflowDeployment, run_id: str, state: str) -> None:
+    emulator = airflow.emulator
+    assert state == "success", f"run {run_id} ended {state}\n{airflow.logs()[-20000:]}"
+    stats = emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": 1}, stats
+    jobs = _jobs(emulator)
+    assert [job["state"] for job in jobs] == ["JOB_STATE_SUCCEEDED"], jobs
+    ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
+    assert ti["state"] == "success" and ti["try_number"] == 1, ti
+
+
+def test_flex_start_training_succeeds(airflow):
+    run_id = airflow.trigger(DAG_ID)
+    state = airflow.wait(DAG_ID, run_id, timeout=180)
+    _check_one_succeeded_job(airflow, run_id, state)
+    assert airflow.emulator.stats()["cancels"] == 0
+
+
+def test_triggerer_killed_while_deferred(airflow):
+    # a 25-minute emulated queue (15 s real at 100x): the kill lands while the job waits for GPUs
+    airflow.emulator.reset({**FAST, "queueSeconds": 1500})
+    run_id = airflow.trigger(DAG_ID)
+    airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
+    time.sleep(2)  # let the triggerer pick the trigger up and poll at least once
+    jobs = _jobs(airflow.emulator)
+    assert [job["state"] for job in jobs] == ["JOB_STATE_QUEUED"], jobs  # still waiting for GPUs
+    airflow.kill("triggerer")
+    time.sleep(3)
+    ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
+    assert ti["state"] == "deferred", ti  # nobody watches the job now
+    airflow.start("triggerer")
+    state = airflow.wait(DAG_ID, run_id, timeout=240)
+    _check_one_succeeded_job(airflow, run_id, state)
+    assert airflow.emulator.stats()["cancels"] == 0
