@@ -308,7 +308,7 @@ class VertexTrainingOperator(BaseOperator):
     def start(self, context: Context, ledger: SubmissionLedger) -> Any:
         """Run the plan from its current position: skip what the deadline rules out, check a
         persistent resource first, else submit and wait."""
-        index, step, location = self.position(ledger)
+        _, step, location = self.position(ledger)
         max_wait, why_not = self._deadline_budget(context, ledger, step)
         if why_not:
             return self.fall_back(context, ledger, DeadlineExceeded(why_not), record=None)
@@ -322,7 +322,10 @@ class VertexTrainingOperator(BaseOperator):
 
         try:
             name = self.submit(context, ledger, step, location, max_wait)
-        except QuotaExceededError as exc:  # STANDARD (or any) create refused for quota: capacity outcome
+        except QuotaExceededError as exc:
+            if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
+                raise
+            # GPUs over the region's quota: a capacity outcome, the plan moves on
             record = self._no_job_record(ledger, step, location, "QUOTA_EXCEEDED", str(exc))
             return self.fall_back(context, ledger, CapacityUnavailable("quota exceeded at create", None,
                                                                        exc.message), record)
