@@ -190,6 +190,10 @@ class AirflowDeployment:
             "AIRFLOW__API__BASE_URL": self.api_url,
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
+            # the scheduler and triggerer serve logs on fixed ports (8793/8794) by default: a
+            # second deployment on the machine would collide
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
