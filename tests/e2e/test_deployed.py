@@ -89,3 +89,18 @@ def test_triggerer_killed_while_deferred(airflow):
     state = airflow.wait(DAG_ID, run_id, timeout=240)
     _check_one_succeeded_job(airflow, run_id, state)
     assert airflow.emulator.stats()["cancels"] == 0
+
+
+def test_a_deferred_task_marked_failed_cancels_its_job(airflow):
+    airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # the job waits for GPUs for ever
+    run_id = airflow.trigger(DAG_ID)
+    airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
+    time.sleep(2)
+    assert [job["state"] for job in _jobs(airflow.emulator)] == ["JOB_STATE_QUEUED"]
+    airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train",
+                json={"new_state": "failed"})
+    deadline = time.monotonic() + 30  # the trigger's on_kill cancels within a couple of poll intervals
+    while _jobs(airflow.emulator)[0]["state"] not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"):
+        assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
+        time.sleep(0.5)
+    assert airflow.emulator.stats()["cancels"] == 1
