@@ -131,7 +131,8 @@ def create_app(backend: Backend | None = None) -> FastAPI:
             name = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
                     504: "DEADLINE_EXCEEDED"}.get(status, "INTERNAL")
             fault = _json(ApiError(name, f"Injected fault ({status}) for {rpc}.").body(), status)
-            if not (faults.after_handler_rate and backend.rng.random() < faults.after_handler_rate):
+            # Only a 5xx can come after the work was done: a 429 means the request was refused.
+            if not (status >= 500 and faults.after_handler_rate and backend.rng.random() < faults.after_handler_rate):
                 return fault
         backend.advance()
         try:

@@ -46,8 +46,9 @@ class Faults(_Camel):
     error_rate: float = 0.0
     status_codes: list[int] = Field(default_factory=lambda: [429, 503])
     latency_seconds: float = 0.0
-    # Share of faulted requests that fail *after* the request was carried out: the job exists,
-    # but the client sees an error (a lost response), which makes a create ambiguous.
+    # Share of faulted 5xx responses that come *after* the request was carried out: the job
+    # exists, but the client sees an error (a lost response), which makes a create ambiguous.
+    # A 429 always means refused, never done.
     after_handler_rate: float = 0.0
 
 

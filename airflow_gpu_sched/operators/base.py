@@ -58,7 +58,8 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 CONSOLE_URL_KEY = "console_url"
-MIN_FLEX_START_WAIT = timedelta(minutes=1)  # a shorter DWS wait is not worth a submission
+MIN_FLEX_START_WAIT = timedelta(minutes=1)
+AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing  # a shorter DWS wait is not worth a submission
 JOB_NAME_KEY = "job_name"
 
 
@@ -448,15 +449,19 @@ class VertexTrainingOperator(BaseOperator):
         key = ledger.submission_key or ledger.new_submission()
         job = self.validated_job(context, key, step, max_wait)
         client = self.client(location)
-        try:
-            created = client.create_custom_job(job)
-        except AmbiguousCreateError as exc:
-            # The create may or may not have made a job: the label says which.
-            created = self._find_by_key(key, location)
-            if created is None:
+        for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
+            try:
+                created = client.create_custom_job(job)
+                break
+            except AmbiguousCreateError as exc:
+                # The create may or may not have made a job: the submission-key label says which.
+                created = self._find_by_key(key, location)
+                if created is not None:
+                    break
+                if attempt == AMBIGUOUS_CREATE_ATTEMPTS:
+                    raise
                 self.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again",
                                  job.display_name, exc)
-                created = client.create_custom_job(job)
         ledger.record_job(created.name)
         self._job_name = created.name
         ti = context.get("ti")

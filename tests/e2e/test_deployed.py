@@ -104,3 +104,20 @@ def test_a_deferred_task_marked_failed_cancels_its_job(airflow):
         assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
         time.sleep(0.5)
     assert airflow.emulator.stats()["cancels"] == 1
+
+
+def test_api_faults_and_lost_responses_still_make_one_job_per_run(airflow):
+    # 20 % of Vertex responses are 429/503 with added latency; half of those come after the
+    # request was carried out (a lost response: an ambiguous create that did make its job).
+    airflow.emulator.set_faults(error_rate=0.2, status_codes=[429, 503], latency_seconds=0.02,
+                                after_handler_rate=0.5)
+    run_ids = [airflow.trigger(DAG_ID) for _ in range(3)]
+    states = [airflow.wait(DAG_ID, run_id, timeout=240) for run_id in run_ids]
+    assert states == ["success"] * 3, airflow.logs()[-20000:]
+    stats = airflow.emulator.stats()
+    assert stats["faultsInjected"] > 0
+    airflow.emulator.clear_faults()
+    jobs = _jobs(airflow.emulator)
+    keys = [job["labels"]["gpu-sched-submission"] for job in jobs]
+    assert len(jobs) == 3 and len(set(keys)) == 3, jobs  # one job per training run, none duplicated
+    assert all(job["state"] == "JOB_STATE_SUCCEEDED" for job in jobs)
