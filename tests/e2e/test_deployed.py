@@ -121,3 +121,25 @@ def test_api_faults_and_lost_responses_still_make_one_job_per_run(airflow):
     keys = [job["labels"]["gpu-sched-submission"] for job in jobs]
     assert len(jobs) == 3 and len(set(keys)) == 3, jobs  # one job per training run, none duplicated
     assert all(job["state"] == "JOB_STATE_SUCCEEDED" for job in jobs)
+
+
+def test_fifty_mapped_training_tasks_wait_at_once_and_all_complete(airflow):
+    airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s of real waiting: all of them defer meanwhile
+    airflow.wait_dag("e2e_mapped")
+    run_id = airflow.trigger("e2e_mapped")
+    state = airflow.wait("e2e_mapped", run_id, timeout=600)
+    assert state == "success", airflow.logs()[-20000:]
+    tis = airflow.task_instances("e2e_mapped", run_id)
+    assert len(tis) == 50 and {t["state"] for t in tis} == {"success"}
+    jobs = _jobs_all(airflow.emulator)
+    assert len(jobs) == 50 and {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"}
+    assert len({j["labels"]["airflow-map-index"] for j in jobs}) == 50
+    requests = airflow.emulator.stats()["requests"]
+    # one shared poller in the triggerer: ~30 s of waiting polled per task each second would be
+    # over 1,500 GETs; the poller lists them together and GETs only what it cannot see
+    assert requests.get("customJobs.list", 0) > 0 and requests.get("customJobs.get", 0) < 500, requests
+
+
+def _jobs_all(emulator: EmulatorControl) -> list[dict]:
+    url = f"{emulator.url}/v1/projects/e2e-project/locations/us-central1/customJobs"
+    return emulator._session.get(url, params={"pageSize": 1000}, timeout=10).json().get("customJobs", [])
