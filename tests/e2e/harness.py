@@ -223,14 +223,17 @@ class AirflowDeployment:
             raise RuntimeError(f"airflow db migrate failed:\n{(self.log_dir / 'db-migrate.log').read_text()[-5000:]}")
 
     def start(self, component: str) -> None:
-        assert component in COMPONENTS, component
+        """Start a component; ``"triggerer#2"`` starts a second triggerer (its own log port)."""
+        command, _, instance = component.partition("#")
+        assert command in COMPONENTS, component
         if component in self.procs and self.procs[component].poll() is None:
             raise RuntimeError(f"{component} is already running")
-        args = {"api-server": ("api-server", "-H", "127.0.0.1", "-p", str(self.api_port))}.get(component, (component,))
+        args = {"api-server": ("api-server", "-H", "127.0.0.1", "-p", str(self.api_port))}.get(command, (command,))
+        env = self.env if not instance else {**self.env, "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())}
         log = open(self.log_dir / f"{component}.log", "ab")
         log.write(f"\n===== starting {component} at {time.strftime('%H:%M:%S')} =====\n".encode())
         log.flush()
-        self.procs[component] = subprocess.Popen(self._airflow(*args), env=self.env, cwd=self.home,
+        self.procs[component] = subprocess.Popen(self._airflow(*args), env=env, cwd=self.home,
                                                  stdout=log, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -271,7 +274,7 @@ class AirflowDeployment:
             self.wait_api()
 
     def stop(self) -> None:
-        for component in reversed(COMPONENTS):
+        for component in reversed(list(self.procs)):  # every instance started, extra triggerers too
             self.terminate(component)
 
     def wait_api(self, timeout: float = 120.0) -> None:

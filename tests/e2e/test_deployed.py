@@ -143,3 +143,18 @@ def test_fifty_mapped_training_tasks_wait_at_once_and_all_complete(airflow):
 def _jobs_all(emulator: EmulatorControl) -> list[dict]:
     url = f"{emulator.url}/v1/projects/e2e-project/locations/us-central1/customJobs"
     return emulator._session.get(url, params={"pageSize": 1000}, timeout=10).json().get("customJobs", [])
+
+
+def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
+    airflow.start("triggerer#2")
+    try:
+        airflow.emulator.reset({**FAST, "queueSeconds": 500})  # 5 s of waiting: every task is deferred
+        run_ids = [airflow.trigger(DAG_ID) for _ in range(4)]
+        states = [airflow.wait(DAG_ID, run_id, timeout=300) for run_id in run_ids]
+        assert states == ["success"] * 4, airflow.logs()[-20000:]
+        jobs = _jobs(airflow.emulator)
+        assert len(jobs) == 4 and len({j["labels"]["gpu-sched-submission"] for j in jobs}) == 4
+        assert {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"} and airflow.emulator.stats()["cancels"] == 0
+        assert airflow.procs["triggerer#2"].poll() is None and airflow.procs["triggerer"].poll() is None
+    finally:
+        airflow.terminate("triggerer#2")
