@@ -160,6 +160,18 @@ def test_a_job_that_succeeded_but_was_never_recorded_is_used_not_rerun(fast_emul
     assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
+def test_a_try_after_its_job_was_cancelled_trains_anew(fast_emulator):
+    store = Store()
+    op = flex(env={"EMULATOR_RUN_SECONDS": "100000"})
+    job = op.client().create_custom_job(op.build_job())
+    op.client().cancel_custom_job(job.name)  # what on_kill did when a user cleared the deferred task
+    fast_emulator.advance(10)
+    _recorded(store, job.name)
+    result = flex().execute(context(store))
+    assert [a["state"] for a in result["attempts"]] == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"]
+    assert result["job_name"] != job.name and fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 2}
+
+
 def test_clearing_a_task_that_succeeded_starts_a_new_training_run(fast_emulator):
     store = Store()
     first = flex().execute(context(store))

@@ -39,7 +39,7 @@ from airflow_gpu_sched.errors import (
     VertexUnreachable,
 )
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
-from airflow_gpu_sched.models import CustomJob, parse_duration
+from airflow_gpu_sched.models import CustomJob, JobState, parse_duration
 from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, event_for_job, validate_event
 from airflow_gpu_sched.plans import (
     FlexStartStep,
@@ -299,6 +299,14 @@ class VertexTrainingOperator(BaseOperator):
             self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
         existing = self._find_existing(ledger)
         if existing is not None:
+            if existing.state is JobState.JOB_STATE_CANCELLED:
+                # Cancelled when a user cleared or failed the task (on_kill): this try trains anew.
+                _, step, location = self.position(ledger)
+                record = attempt_record(existing, step.strategy, Event.CANCELLED.value)
+                record.update(position=ledger.data.get("position", 0), location=location)
+                ledger.finish_attempt(record)
+                self.log.info("the earlier try's job %s was cancelled: submitting a new one", existing.name)
+                return self.start(context, ledger)
             if existing.is_terminal():
                 self.log.info("previous try's job %s already ended %s", existing.name, existing.state.value)
                 return self.on_job_event(context, event_for_job(existing))

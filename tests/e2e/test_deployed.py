@@ -158,3 +158,18 @@ def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
         assert airflow.procs["triggerer#2"].poll() is None and airflow.procs["triggerer"].poll() is None
     finally:
         airflow.terminate("triggerer#2")
+
+
+def test_a_deferred_task_cleared_cancels_its_job(airflow):
+    airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # jobs wait for GPUs for ever
+    run_id = airflow.trigger(DAG_ID)
+    airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
+    time.sleep(2)
+    airflow.api("POST", f"dags/{DAG_ID}/clearTaskInstances",
+                json={"dry_run": False, "task_ids": ["train"], "dag_run_id": run_id, "only_failed": False})
+    deadline = time.monotonic() + 30  # the trigger's on_kill cancels the job
+    while sorted(_jobs(airflow.emulator), key=lambda j: j["name"])[0]["state"] not in (
+            "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"):
+        assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
+        time.sleep(0.5)
+    assert airflow.emulator.stats()["cancels"] == 1
