@@ -47,6 +47,15 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     }
 
 
+def no_job_record(strategy: str, state: str, waited_seconds: float, error: str | None,
+                  **extra: Any) -> dict[str, Any]:
+    """An attempt that never got a job (a busy or failed persistent pool, a quota refusal)."""
+    return {"job_name": None, "strategy": strategy, "state": state, "create_time": None, "start_time": None,
+            "end_time": None, "queued_seconds": round(waited_seconds, 3), "run_seconds": 0.0, "gpu_hours": 0.0,
+            "restarts_observed": 0, "outcome": "capacity_timeout", "accelerator_type": None, "error": error,
+            **extra}
+
+
 def _accelerator(job: CustomJob) -> str | None:
     for _, pool in job.job_spec.active_pools():
         if pool.machine_spec and pool.machine_spec.accelerator_type:

@@ -104,5 +104,6 @@ class SubmissionLedger:
             self.data["waiting_since"] = when.isoformat()
             self.save()
 
-    def count(self, outcome: str) -> int:
-        return sum(1 for a in self.attempts if a.get("outcome") == outcome)
+    def count(self, outcome: str, position: int) -> int:
+        """Finished attempts at one plan position that ended with ``outcome``."""
+        return sum(1 for a in self.attempts if a.get("position") == position and a.get("outcome") == outcome)

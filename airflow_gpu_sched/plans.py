@@ -46,14 +46,6 @@ class Step:
                           if f.name != "locations" and getattr(self, f.name) is not None)
         return f"{self.strategy}({knobs})" if knobs else self.strategy
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"strategy": self.strategy}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else (
-                value.total_seconds() if isinstance(value, timedelta) else value)
-        return out
-
 
 @dataclass(frozen=True)
 class StandardStep(Step):

@@ -30,10 +30,13 @@ class JobWatch:
         self.observed_restarts = observed_restarts
         self.failures = 0
 
+    def succeeded_poll(self) -> None:
+        self.last_ok, self.failures = self.clock(), 0
+
     def observe(self, job: CustomJob) -> str | None:
         """Record a successful poll; returns a log line when the state changed."""
-        now = self.clock()
-        self.last_ok, self.failures = now, 0
+        self.succeeded_poll()
+        now = self.last_ok
         if job.state == self.state:
             return None
         line = f"{self.job_name}: {job.state.value if job.state else '?'}"

@@ -49,6 +49,7 @@ from airflow_gpu_sched.models import (
     Status,
     Strategy,
     format_duration,
+    format_timestamp,
 )
 from airflow_gpu_sched.rules import (
     Violation,
@@ -626,8 +627,7 @@ class Backend:
         op = Operation(
             name=f"projects/{project}/locations/{location}/operations/{next(self._ids)}",
             metadata={"@type": f"type.googleapis.com/google.cloud.aiplatform.v1.{metadata_type}",
-                      "genericMetadata": {"createTime": now.isoformat().replace("+00:00", "Z"),
-                                          "updateTime": now.isoformat().replace("+00:00", "Z")}},
+                      "genericMetadata": {"createTime": format_timestamp(now), "updateTime": format_timestamp(now)}},
             done=False,
         )
         self.operations[op.name] = op

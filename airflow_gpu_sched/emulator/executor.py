@@ -77,10 +77,6 @@ class LocalExecutor:
             del self._running[name]
         return done
 
-    def log_text(self, job_id: str, run: int) -> str:
-        path = self.root / "logs" / f"{job_id}-{run}.log"
-        return path.read_text() if path.exists() else ""
-
     def stop_all(self) -> None:
         for name in list(self._running):
             self.stop(name)

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_gpu_sched import job_spec, signals
-from airflow_gpu_sched.accounting import attempt_record, console_url, resolve_prices, summary_table, task_result
+from airflow_gpu_sched.accounting import (
+    attempt_record,
+    console_url,
+    no_job_record,
+    resolve_prices,
+    summary_table,
+    task_result,
+)
 from airflow_gpu_sched.errors import (
     CapacityUnavailable,
     CapacityWaitExpired,
@@ -517,8 +524,7 @@ class VertexTrainingOperator(BaseOperator):
             raise TrainingJobFailed("the training job failed (not a capacity problem: not resubmitted)",
                                     job.name, message)
         if kind is Event.PREEMPTED and isinstance(step, SpotStep):
-            preempted_here = sum(1 for a in ledger.attempts
-                                 if a.get("position") == index and a.get("outcome") == Event.PREEMPTED.value)
+            preempted_here = ledger.count(Event.PREEMPTED.value, index)
             if preempted_here <= step.max_preemption_retries:
                 self.log.warning("%s was preempted past the service's restarts: resubmitting (%d of %d), "
                                  "resuming from the checkpoints in %s", job.name, preempted_here,
@@ -555,13 +561,9 @@ class VertexTrainingOperator(BaseOperator):
                        error: str | None) -> dict[str, Any]:
         """An attempt that never got a job (a busy or failed persistent pool, a quota refusal)."""
         since = ledger.data.get("waiting_since")
-        now = datetime.now(timezone.utc)
-        waited = (now - datetime.fromisoformat(since)).total_seconds() if since else 0.0
+        waited = (datetime.now(timezone.utc) - datetime.fromisoformat(since)).total_seconds() if since else 0.0
         index, _, _ = self.position(ledger)
-        return {"job_name": None, "strategy": step.strategy, "state": state, "create_time": None,
-                "start_time": None, "end_time": None, "queued_seconds": round(waited, 3), "run_seconds": 0.0,
-                "gpu_hours": 0.0, "restarts_observed": 0, "outcome": "capacity_timeout", "error": error,
-                "position": index, "location": location, "accelerator_type": None}
+        return no_job_record(step.strategy, state, waited, error, position=index, location=location)
 
     def result(self, ledger: SubmissionLedger) -> dict[str, Any]:
         result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices))

@@ -60,7 +60,7 @@ class PersistentCapacityTrigger(BaseTrigger):
                     continue
                 yield TriggerEvent(error_event(watch.unreachable_message(exc)))
                 return
-            watch.last_ok = watch.clock()
+            watch.succeeded_poll()
             state = resource.state.value if resource.state else "STATE_UNSPECIFIED"
             if state in FAILED_STATES:
                 message = resource.error.message if resource.error and resource.error.message else state
