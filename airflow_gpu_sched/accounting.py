@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.models import CustomJob, format_timestamp
+from airflow_gpu_sched.job_types import job_type_of
+from airflow_gpu_sched.models import CustomJob, CustomJobSpec, format_timestamp
 
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "queued_seconds",
                "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir")
@@ -25,11 +26,15 @@ def _seconds(start: datetime | None, end: datetime | None) -> float:
     return max(0.0, round((end - start).total_seconds(), 3))
 
 
-def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restarts: int = 0) -> dict[str, Any]:
-    """One attempt, JSON-safe, as the submission ledger keeps it (XCom shows ATTEMPT_KEYS)."""
+def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restarts: int = 0,
+                   gpu_hours: float | None = None) -> dict[str, Any]:
+    """One attempt, JSON-safe, as the submission ledger keeps it (XCom shows ATTEMPT_KEYS).
+    ``job`` is a custom job or another job type's CustomJob view (:mod:`job_types`), whose
+    ``gpu_hours`` it gives when the run time x GPUs of the job does not tell them."""
     queued_until = job.start_time or job.end_time
     run = _seconds(job.start_time, job.end_time)
-    gpus = sum(count * replicas for count, replicas in _gpus_per_pool(job))
+    if gpu_hours is None:
+        gpu_hours = round(gpus_of(job.job_spec) * run / 3600.0, 4)
     return {
         "job_name": job.name,
         "strategy": strategy,
@@ -39,7 +44,7 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
         "end_time": format_timestamp(job.end_time) if job.end_time else None,
         "queued_seconds": _seconds(job.create_time, queued_until),
         "run_seconds": run,
-        "gpu_hours": round(gpus * run / 3600.0, 4),
+        "gpu_hours": gpu_hours,
         "restarts_observed": observed_restarts,
         "outcome": outcome,
         "accelerator_type": _accelerator(job),
@@ -63,17 +68,15 @@ def _accelerator(job: CustomJob) -> str | None:
     return None
 
 
-def _gpus_per_pool(job: CustomJob) -> list[tuple[int, int]]:
-    return [((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0, pool.replicas)
-            for _, pool in job.job_spec.active_pools()]
+def gpus_of(spec: CustomJobSpec) -> int:
+    """Accelerators the spec holds at once: per replica x replicas, summed over its pools."""
+    return sum(((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0) * pool.replicas
+               for _, pool in spec.active_pools())
 
 
 def console_url(job_name: str) -> str:
-    """The Google Cloud console page of a custom job."""
-    parts = job_name.split("/")  # projects/P/locations/L/customJobs/ID
-    project, location, job_id = parts[1], parts[3], parts[5]
-    return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}/cpu"
-            f"?project={project}")
+    """The Google Cloud console page of a custom job, tuning job or training pipeline."""
+    return job_type_of(job_name).console_url(job_name)
 
 
 def resolve_prices(prices: dict[str, Any] | str | None) -> dict[str, Any] | None:
@@ -99,8 +102,9 @@ def attempt_cost(attempt: dict[str, Any], prices: dict[str, Any] | None) -> floa
 
 
 def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_dir: str | None,
-                prices: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The task's return value (XCom): exactly :data:`RESULT_KEYS`; each attempt :data:`ATTEMPT_KEYS`."""
+                prices: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task's return value (XCom): exactly :data:`RESULT_KEYS`, then the job type's own
+    ``outputs`` (trials, model; see :mod:`job_types`); each attempt :data:`ATTEMPT_KEYS`."""
     shown = [{**{k: a.get(k) for k in ATTEMPT_KEYS}, "cost": attempt_cost(a, prices)} for a in attempts]
     costs = [a["cost"] for a in shown if a["cost"] is not None]
     last = attempts[-1]
@@ -117,6 +121,7 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "currency": prices.get("currency") if prices else None,
         "console_url": console_url(last["job_name"]),
         "base_output_dir": base_output_dir,
+        **(outputs or {}),
     }
 
 

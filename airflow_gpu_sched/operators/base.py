@@ -45,9 +45,10 @@ from airflow_gpu_sched.errors import (
     TrainingJobFailed,
     VertexUnreachable,
 )
+from airflow_gpu_sched.job_types import JobOptions, get_job_type, job_type_of
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
 from airflow_gpu_sched.models import CustomJob, JobState, parse_duration
-from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, event_for_job, validate_event
+from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
 from airflow_gpu_sched.plans import (
     FlexStartStep,
     PersistentResourceStep,
@@ -115,6 +116,17 @@ class VertexTrainingOperator(BaseOperator):
         DAG/task ids).
     :param timeout: the job's run-time limit (timedelta, seconds, ``"2h"``, ``"1800s"``).
     :param service_account: the job's service account.
+    :param job_type: what is submitted with that spec: ``"custom_job"`` (default),
+        ``"hyperparameter_tuning_job"`` (trials are custom jobs of the spec; give ``study_spec``,
+        ``max_trial_count``, ``parallel_trial_count``, ``max_failed_trial_count``; the result adds
+        ``trials`` and ``best_trial``) or ``"training_pipeline"`` (the spec runs as a custom-task
+        pipeline that registers a model; give ``model_display_name``, ``model_serving_image_uri``
+        and optionally ``parent_model``; the result adds ``model_name`` and ``model_version``).
+        Strategies, waits, recovery, idempotency, cancellation and accounting are the same.
+    :param quota_preflight: before submitting, read the region's GPU quota for the step's tier
+        (preemptible for FLEX_START and SPOT, on-demand for STANDARD) from the Cloud Quotas API
+        and fail (or, in a plan, skip the step) when the job needs more; an unreadable quota only
+        warns. ``False`` turns it off.
     :param gcp_conn_id: Airflow connection (``google_cloud_platform`` type; extra
         ``api_endpoint`` points at another root, e.g. the emulator).
     :param deferrable: wait in the triggerer (default) or poll in the worker.
@@ -136,8 +148,8 @@ class VertexTrainingOperator(BaseOperator):
     """
 
     template_fields = ("display_name", "worker_pool_specs", "image_uri", "args", "env",
-                       "base_output_dir", "labels")
-    template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json"}
+                       "base_output_dir", "labels", "study_spec", "model_display_name", "parent_model")
+    template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json"}
     operator_extra_links = (VertexCustomJobLink(),)
     ui_color = "#c9e4ff"
 
@@ -160,6 +172,15 @@ class VertexTrainingOperator(BaseOperator):
         labels: dict[str, str] | None = None,
         timeout: timedelta | float | str | None = None,
         service_account: str | None = None,
+        job_type: str = "custom_job",
+        study_spec: Any = None,
+        max_trial_count: int | None = None,
+        parallel_trial_count: int | None = None,
+        max_failed_trial_count: int | None = None,
+        model_display_name: str | None = None,
+        model_serving_image_uri: str | None = None,
+        parent_model: str | None = None,
+        quota_preflight: bool = True,
         gcp_conn_id: str = "google_cloud_default",
         deferrable: bool = True,
         poll_interval: float = 30.0,
@@ -192,6 +213,19 @@ class VertexTrainingOperator(BaseOperator):
         self.labels = labels
         self.timeout = _duration_arg("timeout", timeout)
         self.service_account = service_account
+        try:
+            self.job_kind = get_job_type(job_type)
+        except ValueError as exc:
+            raise InvalidTrainingSpec([Violation("job_type", str(exc))]) from None
+        self.job_type = job_type
+        self.study_spec = study_spec
+        self.max_trial_count = max_trial_count
+        self.parallel_trial_count = parallel_trial_count
+        self.max_failed_trial_count = max_failed_trial_count
+        self.model_display_name = model_display_name
+        self.model_serving_image_uri = model_serving_image_uri
+        self.parent_model = parent_model
+        self.quota_preflight = quota_preflight
         self.gcp_conn_id = gcp_conn_id
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
@@ -244,9 +278,21 @@ class VertexTrainingOperator(BaseOperator):
             base_output_dir=self.base_output_dir, service_account=self.service_account,
             persistent_resource_id=step.resource_id)
 
+    def job_options(self) -> JobOptions:
+        study_spec = self.study_spec
+        if isinstance(study_spec, str) and not job_spec.has_template(study_spec):
+            study_spec = _json_arg("study_spec", study_spec)  # a template that rendered to JSON text
+        return JobOptions.of(study_spec=study_spec, max_trial_count=self.max_trial_count,
+                             parallel_trial_count=self.parallel_trial_count,
+                             max_failed_trial_count=self.max_failed_trial_count,
+                             model_display_name=self.model_display_name,
+                             model_serving_image_uri=self.model_serving_image_uri, parent_model=self.parent_model)
+
     def _violations(self, ignore_templates: bool) -> list[Violation]:
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
-        found = []
+        found = self.job_kind.violations(self.job_options())
+        if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
+            found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, step in enumerate(self.plan):
             prefix = f"plan[{index}] {step.strategy}: " if len(self.plan) > 1 else ""
             found += [Violation(v.path, prefix + v.rule)
@@ -304,8 +350,10 @@ class VertexTrainingOperator(BaseOperator):
         ledger = SubmissionLedger.from_context(context)
         if not ledger.durable:
             self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
-        existing = self._find_existing(ledger)
-        if existing is not None:
+        resource = self._find_existing(ledger)
+        if resource is not None:
+            kind = job_type_of(resource.name)
+            existing = kind.view(resource)
             if existing.state is JobState.JOB_STATE_CANCELLED:
                 # Cancelled when a user cleared or failed the task (on_kill): this try trains anew.
                 _, step, location = self.position(ledger)
@@ -316,7 +364,7 @@ class VertexTrainingOperator(BaseOperator):
                 return self.start(context, ledger)
             if existing.is_terminal():
                 self.log.info("previous try's job %s already ended %s", existing.name, existing.state.value)
-                return self.on_job_event(context, event_for_job(existing))
+                return self.on_job_event(context, kind.event(resource))
             self.log.info("re-attaching to %s (%s), submitted by an earlier try", existing.name, existing.state.value)
             return self.wait_for_job(context, existing.name)
         return self.start(context, ledger)
@@ -440,10 +488,11 @@ class VertexTrainingOperator(BaseOperator):
             f"persistent resource {step.resource_id} {'stayed busy past its capacity wait' if kind is Event.CAPACITY_TIMEOUT else 'cannot take the job'}",
             None, message), record)
 
-    def _find_existing(self, ledger: SubmissionLedger) -> CustomJob | None:
+    def _find_existing(self, ledger: SubmissionLedger) -> Any:
+        """The resource (of the job type) an earlier try submitted, if any."""
         _, _, location = self.position(ledger)
         if ledger.job_name:
-            return self.client(location).get_custom_job(ledger.job_name)
+            return job_type_of(ledger.job_name).get(self.client(location), ledger.job_name)
         if ledger.submission_key:  # an earlier try died between the create and saving the name
             found = self._find_by_key(ledger.submission_key, location)
             if found is not None:
@@ -451,9 +500,10 @@ class VertexTrainingOperator(BaseOperator):
             return found
         return None
 
-    def _find_by_key(self, key: str, location: str) -> CustomJob | None:
+    def _find_by_key(self, key: str, location: str) -> Any:
         flt = f'labels.{SUBMISSION_LABEL}="{key}"'
-        return next(iter(self.client(location).list_custom_jobs(filter=flt, page_size=10)), None)
+        page = self.job_kind.list_page(self.client(location), flt, 10, None)
+        return next(iter(self.job_kind.items(page)), None)
 
     def submit(self, context: Context, ledger: SubmissionLedger, step: Step | None = None,
                location: str | None = None, max_wait: timedelta | None = None) -> str:
@@ -466,7 +516,7 @@ class VertexTrainingOperator(BaseOperator):
         client = self.client(location)
         for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
             try:
-                created = client.create_custom_job(job)
+                created = self.job_kind.create(client, self.job_kind.body(job, self.job_options()))
                 break
             except AmbiguousCreateError as exc:
                 # The create may or may not have made a job: the submission-key label says which.
@@ -505,18 +555,20 @@ class VertexTrainingOperator(BaseOperator):
         ledger = SubmissionLedger.from_context(context)
         if kind is Event.ERROR:
             raise VertexUnreachable(event.get("message") or "Vertex AI unreachable", event.get("job_name"))
-        job = CustomJob.model_validate(event["job"])
+        job_kind = job_type_of(event["job"]["name"])
+        resource = job_kind.resource_of(event)
+        job = job_kind.view(resource)
         index, step, location = self.position(ledger)
         restarts = int(event.get("observed_restarts", 0))
         preemptions = restarts + (1 if kind is Event.PREEMPTED else 0)
-        record = attempt_record(job, step.strategy, kind.value, restarts)
+        record = attempt_record(job, step.strategy, kind.value, restarts, job_kind.gpu_hours(resource))
         record.update(position=index, location=location)
         ledger.finish_attempt(record, preemptions, completed=kind is Event.SUCCEEDED)
         self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
                       record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
         signals.attempt_finished(self, record, preemptions)
         if kind is Event.SUCCEEDED:
-            return self.result(ledger)
+            return self.result(ledger, job_kind.outputs(resource))
         message = job.error.message if job.error else None
         if kind is Event.CANCELLED:
             raise TrainingJobCancelled("the job was cancelled outside this task", job.name, message)
@@ -565,8 +617,9 @@ class VertexTrainingOperator(BaseOperator):
         index, _, _ = self.position(ledger)
         return no_job_record(step.strategy, state, waited, error, position=index, location=location)
 
-    def result(self, ledger: SubmissionLedger) -> dict[str, Any]:
-        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices))
+    def result(self, ledger: SubmissionLedger, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices),
+                             outputs)
         self.log.info("training summary:\n%s", summary_table(result))
         return result
 
@@ -577,7 +630,7 @@ class VertexTrainingOperator(BaseOperator):
 
             self.log.info("task killed: cancelling %s", self._job_name)
             try:
-                self.client(self._job_name.split("/")[3]).cancel_custom_job(self._job_name)
+                job_type_of(self._job_name).cancel(self.client(self._job_name.split("/")[3]), self._job_name)
             except InvalidArgumentError:
                 pass  # already finished
 
@@ -592,6 +645,20 @@ def vertex_reachable() -> Iterator[None]:
         yield
     except (ServerError, QuotaExceededError, VertexTransportError) as exc:
         raise VertexUnreachable(f"Vertex AI unreachable: {exc}") from exc
+
+
+def _argument(path: str) -> str:
+    """``study_spec.metrics[0].goal`` -> ``study_spec``: the operator argument a violation is about."""
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
+def _json_arg(name: str, text: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidTrainingSpec([Violation(name, f"must be a JSON object once rendered ({exc})")]) from None
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:

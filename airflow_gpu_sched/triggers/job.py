@@ -1,4 +1,5 @@
-"""Wait for a Vertex AI custom job to finish, in the triggerer's event loop."""
+"""Wait for a Vertex AI training job (custom job, tuning job or training pipeline) to finish,
+in the triggerer's event loop."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu_sched.outcomes import error_event, event_for_job
+from airflow_gpu_sched.job_types import job_type_of
+from airflow_gpu_sched.outcomes import error_event
 from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW, JobWatch
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too; cancel is one small request
@@ -32,7 +34,7 @@ BATCHED, PER_JOB = "batched", "per_job"
 
 
 class CustomJobTrigger(BaseTrigger):
-    """Waits for one job; yields one event (``succeeded``, ``failed``, ``cancelled``,
+    """Waits for one job (of any job type: its resource name says which); yields one event (``succeeded``, ``failed``, ``cancelled``,
     ``preempted``, ``capacity_timeout`` or ``error``) when it ends or the API stays unreachable.
 
     ``polling="batched"`` (default): the job is watched by the loop's shared poller
@@ -52,6 +54,7 @@ class CustomJobTrigger(BaseTrigger):
         self.transient_error_window = float(transient_error_window)
         self.observed_restarts = int(observed_restarts)
         self.polling = polling
+        self.job_type = job_type_of(job_name)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -80,15 +83,16 @@ class CustomJobTrigger(BaseTrigger):
                     self.log.warning("poll of %s failed, retrying: %s", self.job_name, item)
                     continue
                 return error_event(watch.unreachable_message(item), self.job_name)
-            line = watch.observe(item)
+            view = self.job_type.view(item)
+            line = watch.observe(view)
             if line:
                 self.log.info(line)
-            if item.is_terminal():
-                return event_for_job(item, watch.observed_restarts)
+            if view.is_terminal():
+                return self.job_type.event(item, watch.observed_restarts)
         raise RuntimeError("the poll stream ended")  # never: both streams are endless
 
     async def _news(self) -> AsyncIterator[Any]:
-        """The job as polled (a CustomJob), or the error of a failed poll, one after another."""
+        """The job as polled (a resource of the job type), or the error of a failed poll, one after another."""
         from airflow_gpu_sched.client import VertexError
 
         if self.polling == BATCHED:
@@ -96,7 +100,7 @@ class CustomJobTrigger(BaseTrigger):
 
             key = (self.gcp_conn_id, self.job_name.split("/")[1], location_of(self.job_name))
             poller = shared_poller(key, lambda: async_client(self.job_name, self.gcp_conn_id, self.poll_interval,
-                                                             self.transient_error_window))
+                                                             self.transient_error_window), self.job_type)
             watcher = poller.watch(self.job_name, self.poll_interval)
             try:
                 while True:
@@ -106,7 +110,7 @@ class CustomJobTrigger(BaseTrigger):
         client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
         while True:
             try:
-                yield await client.get_custom_job(self.job_name)
+                yield await self.job_type.get(client, self.job_name)
             except VertexError as exc:
                 yield exc
             await asyncio.sleep(self.poll_interval)
@@ -124,7 +128,7 @@ async def cancel_quietly(client: Any, job_name: str) -> bool:
     from airflow_gpu_sched.client import InvalidArgumentError
 
     try:
-        await client.cancel_custom_job(job_name)
+        await job_type_of(job_name).cancel(client, job_name)
         return True
     except InvalidArgumentError:
         return False

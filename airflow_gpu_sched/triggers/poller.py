@@ -1,13 +1,13 @@
-"""One poller per (connection, project, location) in a triggerer's event loop, shared by every
-:class:`CustomJobTrigger` of this package there.
+"""One poller per (connection, project, location, job type) in a triggerer's event loop, shared
+by every :class:`CustomJobTrigger` of this package there.
 
 Vertex allows about 600 get/list requests per minute per project and region. Polling each job
 with its own GET every 10 s spends that budget at 100 jobs. The shared poller instead, once per
 interval:
 
-1. lists this package's jobs that are active or changed since the last poll, with paged
-   ``customJobs.list`` calls (filter: our ``managed-by`` label, created no earlier than the
-   oldest job watched, and either not in a terminal state or updated at or after the newest
+1. lists this package's jobs that are active or changed since the last poll, with paged list
+   calls on the job type's collection (``customJobs``, ...; filter: our ``managed-by`` label,
+   created no earlier than the oldest job watched, and either not in a terminal state or updated at or after the newest
    ``updateTime`` the last poll saw, so a job that just ended arrives with its final state and
    error in the same list), and
 2. GETs only the watched jobs still missing (no label, or ended before the poller knew them),
@@ -27,14 +27,13 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_gpu_sched.job_types import CUSTOM_JOB, JobType
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE
-from airflow_gpu_sched.models import CustomJob, format_timestamp
+from airflow_gpu_sched.models import format_timestamp
 
 log = logging.getLogger(__name__)
 
 OURS = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
-NOT_TERMINAL = ('NOT (state="JOB_STATE_SUCCEEDED" OR state="JOB_STATE_FAILED" OR state="JOB_STATE_CANCELLED" '
-                'OR state="JOB_STATE_EXPIRED" OR state="JOB_STATE_PARTIALLY_SUCCEEDED")')
 CLOCK_MARGIN = timedelta(seconds=2)  # updateTime granularity and ordering slack
 PAGE_SIZE = 500
 MAX_BACKOFF = 120.0
@@ -42,17 +41,17 @@ JITTER = 0.1  # share of the interval added at random, so pollers in many trigge
 
 
 class Watcher:
-    """A trigger's mailbox: the latest news about its job (a CustomJob, or the poll's error)."""
+    """A trigger's mailbox: the latest news about its job (the resource, or the poll's error)."""
 
     def __init__(self, job_name: str, interval: float):
         self.job_name = job_name
         self.interval = interval
-        self._news: asyncio.Queue[CustomJob | Exception] = asyncio.Queue()
+        self._news: asyncio.Queue[Any] = asyncio.Queue()
 
-    def tell(self, item: CustomJob | Exception) -> None:
+    def tell(self, item: Any) -> None:
         self._news.put_nowait(item)
 
-    async def next(self) -> CustomJob | Exception:
+    async def next(self) -> Any:
         return await self._news.get()
 
 
@@ -60,8 +59,10 @@ ClientFactory = Callable[[], Awaitable[Any]]
 
 
 class SharedJobPoller:
-    def __init__(self, key: tuple, client_factory: ClientFactory, page_size: int = PAGE_SIZE):
+    def __init__(self, key: tuple, client_factory: ClientFactory, page_size: int = PAGE_SIZE,
+                 job_type: JobType = CUSTOM_JOB):
         self.key = key
+        self.job_type = job_type
         self._client_factory = client_factory
         self._client: Any = None
         self._page_size = page_size
@@ -93,7 +94,7 @@ class SharedJobPoller:
         if not self._watchers and self._task is not None:
             self._task.cancel()  # the last watcher left: stop polling
             self._task = None
-            _POLLERS.pop((id(asyncio.get_running_loop()), self.key), None)
+            _POLLERS.pop((id(asyncio.get_running_loop()), self.key, self.job_type.key), None)
 
     @property
     def interval(self) -> float:
@@ -124,12 +125,12 @@ class SharedJobPoller:
         if self._client is None:
             self._client = await self._client_factory()
         wanted = set(self._watchers)
-        found: dict[str, CustomJob] = {}
+        found: dict[str, Any] = {}
         token, flt, newest = None, self._filter(), self._high_water
         while True:  # active or just-changed jobs, page by page
-            page = await self._client.list_custom_jobs_page(flt, self._page_size, token)
+            page = await self.job_type.list_page(self._client, flt, self._page_size, token)
             self.calls += 1
-            for job in page.custom_jobs:
+            for job in self.job_type.items(page):
                 if job.update_time is not None and (newest is None or job.update_time > newest):
                     newest = job.update_time
                 if job.name in wanted:
@@ -141,7 +142,7 @@ class SharedJobPoller:
             if name not in self._watchers:
                 continue
             try:
-                found[name] = await self._client.get_custom_job(name)
+                found[name] = await self.job_type.get(self._client, name)
             except NotFoundError as exc:
                 self._tell(name, exc)
             finally:
@@ -155,29 +156,29 @@ class SharedJobPoller:
                 self._tell(name, job)
 
     def _filter(self) -> str:
-        parts = [OURS]
+        parts, not_terminal = [OURS], self.job_type.not_terminal_filter()
         if self._create_times and set(self._create_times) >= set(self._watchers):
             oldest = min(self._create_times.values()) - CLOCK_MARGIN
             parts.append(f'create_time>="{format_timestamp(oldest)}"')
         if self._high_water is not None:
             since = format_timestamp(self._high_water - CLOCK_MARGIN)
-            parts.append(f'({NOT_TERMINAL} OR update_time>="{since}")')
+            parts.append(f'({not_terminal} OR update_time>="{since}")')
         else:
-            parts.append(NOT_TERMINAL)
+            parts.append(not_terminal)
         return " AND ".join(parts)
 
-    def _tell(self, name: str, item: CustomJob | Exception) -> None:
+    def _tell(self, name: str, item: Any) -> None:
         for watcher in self._watchers.get(name, ()):
             watcher.tell(item)
 
 
-# One poller per (event loop, connection, project, location).
+# One poller per (event loop, connection, project, location, job type).
 _POLLERS: dict[tuple, SharedJobPoller] = {}
 
 
-def shared_poller(key: tuple, client_factory: ClientFactory) -> SharedJobPoller:
-    loop_key = (id(asyncio.get_running_loop()), key)
+def shared_poller(key: tuple, client_factory: ClientFactory, job_type: JobType = CUSTOM_JOB) -> SharedJobPoller:
+    loop_key = (id(asyncio.get_running_loop()), key, job_type.key)
     poller = _POLLERS.get(loop_key)
     if poller is None:
-        poller = _POLLERS[loop_key] = SharedJobPoller(key, client_factory)
+        poller = _POLLERS[loop_key] = SharedJobPoller(key, client_factory, job_type=job_type)
     return poller

@@ -1,0 +1,299 @@
+"""The three kinds of Vertex AI training the operators submit, and only what differs between them.
+
+The operators build one CustomJob (its ``jobSpec``: pools, strategy, timeout, output dir) for
+every job type. A :class:`JobType` then says
+
+- what is sent: the CustomJob itself, a HyperparameterTuningJob whose ``trialJobSpec`` is that
+  spec, or a TrainingPipeline whose custom-task inputs are that spec;
+- where: the collection (``customJobs``, ``hyperparameterTuningJobs``, ``trainingPipelines``),
+  which also makes a resource name say its own type (:func:`job_type_of`);
+- how its state reads as a CustomJob's (:meth:`JobType.view`), so waiting, classifying a
+  failure, recovery, idempotency, cancellation and accounting are the one code path of the
+  operators, triggers and shared poller;
+- what the task returns besides the common keys (:meth:`JobType.outputs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_gpu_sched.models import CustomJob, CustomJobSpec, JobState, VertexModel
+from airflow_gpu_sched.outcomes import event_for_job
+from airflow_gpu_sched.rules import Violation
+
+CUSTOM_TASK_DEFINITION = "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The type-specific arguments of an operator (JSON-safe once rendered)."""
+
+    study_spec: Any = None  # REST JSON dict or a StudySpec model
+    max_trial_count: int | None = None
+    parallel_trial_count: int | None = None
+    max_failed_trial_count: int | None = None
+    model_display_name: str | None = None
+    model_serving_image_uri: str | None = None
+    parent_model: str | None = None
+    given: frozenset[str] = field(default=frozenset())  # which of them the user set
+
+    @classmethod
+    def of(cls, **values: Any) -> JobOptions:
+        return cls(**values, given=frozenset(k for k, v in values.items() if v is not None))
+
+
+TUNING_OPTIONS = ("study_spec", "max_trial_count", "parallel_trial_count", "max_failed_trial_count")
+PIPELINE_OPTIONS = ("model_display_name", "model_serving_image_uri", "parent_model")
+
+
+class JobType:
+    """A custom job: the spec as built. The base of the other two."""
+
+    key = "custom_job"  # the operator's ``job_type`` and the client methods' stem
+    collection = "customJobs"
+    page_items = "custom_jobs"  # the list response's field
+    terminal_states: tuple[str, ...] = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
+                                        "JOB_STATE_EXPIRED", "JOB_STATE_PARTIALLY_SUCCEEDED")
+    options: tuple[str, ...] = ()
+    output_keys: tuple[str, ...] = ()
+
+    def violations(self, options: JobOptions) -> list[Violation]:
+        """Type-specific arguments given to the wrong type, and the type's own rules."""
+        foreign = sorted(options.given - set(self.options))
+        return [Violation(name, f"applies to job_type {_owner(name)!r} only (this task's job_type is "
+                                f"{self.key!r})") for name in foreign]
+
+    def body(self, job: CustomJob, options: JobOptions) -> Any:
+        return job
+
+    def parse(self, wire: Any) -> Any:
+        return CustomJob.model_validate(wire)
+
+    def view(self, resource: Any) -> CustomJob:
+        return resource
+
+    def outputs(self, resource: Any) -> dict[str, Any]:
+        return {}
+
+    def parallelism(self, options: JobOptions) -> int:
+        """How many copies of the spec may hold GPUs at once (quota and persistent-pool fit)."""
+        return 1
+
+    def gpu_hours(self, resource: Any) -> float | None:
+        """GPU-hours when the resource's own start/end times do not tell them (None: they do)."""
+        return None
+
+    def console_url(self, name: str) -> str:
+        project, location, job_id = _parts(name)
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}/cpu"
+                f"?project={project}")
+
+    # --- the client calls (the sync and async clients have the same method names)
+
+    def create(self, client: Any, body: Any) -> Any:
+        return getattr(client, f"create_{self.key}")(body)
+
+    def get(self, client: Any, name: str) -> Any:
+        return getattr(client, f"get_{self.key}")(name)
+
+    def list_page(self, client: Any, filter: str, page_size: int, page_token: str | None) -> Any:
+        return getattr(client, f"list_{self.key}s_page")(filter, page_size, page_token)
+
+    def cancel(self, client: Any, name: str) -> Any:
+        return getattr(client, f"cancel_{self.key}")(name)
+
+    def items(self, page: Any) -> list[Any]:
+        return getattr(page, self.page_items)
+
+    def not_terminal_filter(self) -> str:
+        return "NOT (" + " OR ".join(f'state="{s}"' for s in self.terminal_states) + ")"
+
+    def event(self, resource: Any, observed_restarts: int = 0) -> dict[str, Any]:
+        """The trigger event for a finished resource: the common payload, plus the resource itself
+        when it is not a custom job (the operator reads its outputs from it)."""
+        payload = event_for_job(self.view(resource), observed_restarts)
+        if self is not CUSTOM_JOB:
+            payload["resource"] = resource.to_api()
+        return payload
+
+    def resource_of(self, event: dict[str, Any]) -> Any:
+        return self.parse(event.get("resource") or event["job"])
+
+
+class HyperparameterTuningJobType(JobType):
+    """Trials are custom jobs of ``trialJobSpec`` (the operator's spec, strategy included),
+    ``parallelTrialCount`` at a time; a stockout in a trial fails the tuning job like a custom job."""
+
+    key = "hyperparameter_tuning_job"
+    collection = "hyperparameterTuningJobs"
+    page_items = "hyperparameter_tuning_jobs"
+    options = TUNING_OPTIONS
+    output_keys = ("trials", "best_trial")
+
+    def violations(self, options: JobOptions) -> list[Violation]:
+        from airflow_gpu_sched.rules import check_tuning_options
+
+        return super().violations(options) + check_tuning_options(
+            options.study_spec, options.max_trial_count, options.parallel_trial_count,
+            options.max_failed_trial_count)
+
+    def body(self, job: CustomJob, options: JobOptions) -> Any:
+        from airflow_gpu_sched.models import HyperparameterTuningJob
+
+        study = options.study_spec.to_api() if isinstance(options.study_spec, VertexModel) else options.study_spec
+        wire: dict[str, Any] = {
+            "displayName": job.display_name, "studySpec": study, "maxTrialCount": options.max_trial_count,
+            "parallelTrialCount": options.parallel_trial_count or 1, "trialJobSpec": job.job_spec.to_api()}
+        if options.max_failed_trial_count is not None:
+            wire["maxFailedTrialCount"] = options.max_failed_trial_count
+        if job.labels:
+            wire["labels"] = dict(job.labels)
+        return HyperparameterTuningJob.model_validate(wire)
+
+    def parse(self, wire: Any) -> Any:
+        from airflow_gpu_sched.models import HyperparameterTuningJob
+
+        return HyperparameterTuningJob.model_validate(wire)
+
+    def view(self, resource: Any) -> CustomJob:
+        return _view(resource, resource.trial_job_spec or CustomJobSpec(), resource.state)
+
+    def parallelism(self, options: JobOptions) -> int:
+        return max(1, options.parallel_trial_count or 1)
+
+    def gpu_hours(self, resource: Any) -> float | None:
+        """Trials run side by side: the sum of each trial's run time x the GPUs of one trial."""
+        from airflow_gpu_sched.accounting import gpus_of
+
+        seconds = sum((t.end_time - t.start_time).total_seconds() for t in (resource.trials or [])
+                      if t.start_time and t.end_time)
+        return round(gpus_of(resource.trial_job_spec or CustomJobSpec()) * seconds / 3600.0, 4)
+
+    def outputs(self, resource: Any) -> dict[str, Any]:
+        trials = [_trial_record(t) for t in resource.trials or []]
+        return {"trials": trials, "best_trial": _best(trials, resource.study_spec)}
+
+    def console_url(self, name: str) -> str:
+        project, location, job_id = _parts(name)
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}/trials"
+                f"?project={project}")
+
+
+class TrainingPipelineType(JobType):
+    """One custom job (the custom-task definition, inputs shaped like a CustomJobSpec), then the
+    model in ``modelToUpload`` is registered (a new version of ``parent_model`` when given)."""
+
+    key = "training_pipeline"
+    collection = "trainingPipelines"
+    page_items = "training_pipelines"
+    terminal_states = ("PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED")
+    options = PIPELINE_OPTIONS
+    output_keys = ("model_name", "model_version")
+
+    def violations(self, options: JobOptions) -> list[Violation]:
+        from airflow_gpu_sched.rules import check_pipeline_options
+
+        return super().violations(options) + check_pipeline_options(
+            options.model_display_name, options.model_serving_image_uri, options.parent_model)
+
+    def body(self, job: CustomJob, options: JobOptions) -> Any:
+        from airflow_gpu_sched.models import TrainingPipeline
+
+        model: dict[str, Any] = {"displayName": options.model_display_name,
+                                 "containerSpec": {"imageUri": options.model_serving_image_uri}}
+        wire: dict[str, Any] = {"displayName": job.display_name, "trainingTaskDefinition": CUSTOM_TASK_DEFINITION,
+                                "trainingTaskInputs": job.job_spec.to_api(), "modelToUpload": model}
+        if options.parent_model:
+            wire["parentModel"] = options.parent_model
+        if job.labels:
+            wire["labels"] = dict(job.labels)
+            model["labels"] = dict(job.labels)
+        return TrainingPipeline.model_validate(wire)
+
+    def parse(self, wire: Any) -> Any:
+        from airflow_gpu_sched.models import TrainingPipeline
+
+        return TrainingPipeline.model_validate(wire)
+
+    def view(self, resource: Any) -> CustomJob:
+        spec = CustomJobSpec.model_validate(resource.training_task_inputs or {})
+        state = resource.state.as_job_state() if resource.state is not None else None
+        return _view(resource, spec, state)
+
+    def outputs(self, resource: Any) -> dict[str, Any]:
+        model = resource.model_to_upload
+        name = model.name if model is not None and model.name else None
+        if name is None and resource.model_id:
+            project, location, _ = _parts(resource.name)
+            name = f"projects/{project}/locations/{location}/models/{resource.model_id}"
+        return {"model_name": name.split("@")[0] if name else None,
+                "model_version": model.version_id if model is not None else None}
+
+    def console_url(self, name: str) -> str:
+        project, location, job_id = _parts(name)
+        return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}"
+                f"?project={project}")
+
+
+CUSTOM_JOB = JobType()
+HYPERPARAMETER_TUNING_JOB = HyperparameterTuningJobType()
+TRAINING_PIPELINE = TrainingPipelineType()
+JOB_TYPES: dict[str, JobType] = {t.key: t for t in (CUSTOM_JOB, HYPERPARAMETER_TUNING_JOB, TRAINING_PIPELINE)}
+_BY_COLLECTION = {t.collection: t for t in JOB_TYPES.values()}
+
+
+def get_job_type(key: str) -> JobType:
+    try:
+        return JOB_TYPES[key]
+    except KeyError:
+        raise ValueError(f"must be one of {', '.join(repr(k) for k in JOB_TYPES)} (got {key!r})") from None
+
+
+def job_type_of(resource_name: str) -> JobType:
+    """``projects/P/locations/L/{collection}/ID`` names its own type."""
+    parts = resource_name.split("/")
+    if len(parts) < 6 or parts[4] not in _BY_COLLECTION:
+        raise ValueError(f"not a training resource name: {resource_name!r}")
+    return _BY_COLLECTION[parts[4]]
+
+
+def _owner(option: str) -> str:
+    return HYPERPARAMETER_TUNING_JOB.key if option in TUNING_OPTIONS else TRAINING_PIPELINE.key
+
+
+def _parts(name: str) -> tuple[str, str, str]:
+    parts = name.split("/")  # projects/P/locations/L/{collection}/ID
+    return parts[1], parts[3], parts[5]
+
+
+def _view(resource: Any, spec: CustomJobSpec, state: JobState | None) -> CustomJob:
+    return CustomJob(name=resource.name, display_name=resource.display_name, job_spec=spec, state=state,
+                     create_time=resource.create_time, start_time=resource.start_time,
+                     end_time=resource.end_time, update_time=resource.update_time, error=resource.error,
+                     labels=resource.labels)
+
+
+def _trial_record(trial: Any) -> dict[str, Any]:
+    measurement = trial.final_measurement
+    return {
+        "id": trial.id,
+        "state": trial.state.value if trial.state else None,
+        "parameters": {p.parameter_id: p.value for p in trial.parameters or []},
+        "final_measurement": {m.metric_id: m.value for m in (measurement.metrics or [])} if measurement else None,
+        "custom_job": trial.custom_job,
+    }
+
+
+def _best(trials: list[dict[str, Any]], study_spec: Any) -> dict[str, Any] | None:
+    """The succeeded trial with the best value of the study's first metric, by its goal."""
+    metrics = study_spec.metrics if study_spec is not None else None
+    if not metrics:
+        return None
+    metric, goal = metrics[0].metric_id, str(getattr(metrics[0].goal, "value", metrics[0].goal))
+    scored = [t for t in trials if t["state"] == "SUCCEEDED" and (t["final_measurement"] or {}).get(metric)
+              is not None]
+    if not scored:
+        return None
+    pick = min if goal == "MINIMIZE" else max
+    return pick(scored, key=lambda t: t["final_measurement"][metric])
