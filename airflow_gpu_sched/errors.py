@@ -10,6 +10,7 @@ AirflowException
 │   ├── PersistentResourceUnavailable     the persistent resource is in ERROR or STOPPING
 │   ├── PersistentCapacityTimeout         the pool stayed busy past capacity_wait_timeout
 │   ├── CapacityUnavailable               another capacity outcome (e.g. a create refused for quota)
+│   ├── QuotaTooLow                       preflight: the region's GPU quota for the tier is below what the job needs
 │   ├── DeadlineExceeded                  no step of the plan can finish before the plan's deadline
 │   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
 └── AirflowFailException (no Airflow retry: retrying cannot help)
@@ -69,6 +70,10 @@ class CapacityUnavailable(GpuTrainingError):
 
 class DeadlineExceeded(GpuTrainingError):
     pass
+
+
+class QuotaTooLow(GpuTrainingError):
+    """Raised before any create; names the quota metric, region, limit and need, and how to ask for more."""
 
 
 class InvalidTrainingSpec(AirflowFailException):

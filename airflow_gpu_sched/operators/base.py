@@ -41,6 +41,7 @@ from airflow_gpu_sched.errors import (
     PersistentCapacityTimeout,
     PersistentResourceUnavailable,
     PreemptionBudgetExhausted,
+    QuotaTooLow,
     TrainingJobCancelled,
     TrainingJobFailed,
     VertexUnreachable,
@@ -378,7 +379,29 @@ class VertexTrainingOperator(BaseOperator):
             return self.fall_back(context, ledger, DeadlineExceeded(why_not), record=None)
         if isinstance(step, PersistentResourceStep):
             return self._start_on_resource(context, ledger, step, location, max_wait)
+        too_low = self._quota_too_low(step, location)
+        if too_low:
+            record = self._no_job_record(ledger, step, location, "QUOTA_TOO_LOW", too_low)
+            return self.fall_back(context, ledger, QuotaTooLow(f"{step.strategy} skipped: {too_low}"), record)
         return self._submit_and_wait(context, ledger, step, location, max_wait)
+
+    def _quota_too_low(self, step: Step, location: str) -> str | None:
+        """Why the region's GPU quota for the step's tier cannot hold the job, or None (it can,
+        the preflight is off, or the quota could not be read: then a warning, and on we go)."""
+        from airflow_gpu_sched.quota import shortfalls
+
+        if not self.quota_preflight:
+            return None
+        spec = self.build_job(step=step).job_spec
+        parallel = self.job_kind.parallelism(self.job_options())
+        demand = {acc: need * parallel for acc, need in spec.accelerator_demand().items()}
+        found = shortfalls(self.client(location), self.project_id, location, step.strategy, demand)
+        if found is None:
+            self.log.warning("could not read the GPU quota of %s in %s (Cloud Quotas API unreachable, or no "
+                             "permission cloudquotas.quotas.get): submitting without the quota preflight",
+                             self.project_id, location)
+            return None
+        return "; ".join(str(s) for s in found) or None
 
     def _submit_and_wait(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
                          max_wait: timedelta | None) -> Any:

@@ -1,0 +1,66 @@
+"""Quota preflight: does the region's GPU quota for a step's tier cover what the job holds at once?
+
+FLEX_START and SPOT draw on the *preemptible* GPU quota
+(``custom_model_training_preemptible_nvidia_<gpu>_gpus``), STANDARD on the on-demand one
+(``custom_model_training_nvidia_<gpu>_gpus``); a persistent resource's VMs already exist. A job
+submitted past its quota sits queued or fails far from the cause, so the operators read the
+limit from the Cloud Quotas API first (``quotaInfos`` of ``aiplatform.googleapis.com``) and
+stop with the metric, region, limit, need and how to ask for more. When the quota cannot be
+read (no permission, API unreachable), :func:`shortfalls` returns None and the caller warns
+and goes on: the preflight must never be the reason a job that would run does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_gpu_sched.catalog import gpu_quota_metric
+from airflow_gpu_sched.models import AcceleratorType
+
+PREEMPTIBLE_STRATEGIES = frozenset({"FLEX_START", "SPOT"})
+NO_QUOTA_STRATEGIES = frozenset({"PERSISTENT_RESOURCE"})  # the resource's VMs are already provisioned
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    metric: str
+    region: str
+    limit: int
+    need: int
+    project: str
+
+    def __str__(self) -> str:
+        quota_id = self.metric.rsplit("/", 1)[-1]
+        return (f"quota {self.metric} in {self.region} is {self.limit}, the job needs {self.need} at once: "
+                f"request an increase at https://console.cloud.google.com/iam-admin/quotas?project={self.project}"
+                f" (filter: {quota_id}, region {self.region}), or with `gcloud beta quotas preferences create "
+                f"--service=aiplatform.googleapis.com --quota-id=<the quota id> --preferred-value={self.need} "
+                f"--dimensions=region={self.region} --project={self.project}`")
+
+
+def metric_for(accelerator: AcceleratorType, strategy: str) -> str:
+    return gpu_quota_metric(accelerator, preemptible=strategy in PREEMPTIBLE_STRATEGIES)
+
+
+def shortfalls(client: Any, project: str, region: str, strategy: str,
+               demand: dict[AcceleratorType, int]) -> list[Shortfall] | None:
+    """The quotas the demand (accelerators per type, held at once) exceeds; [] when it fits or
+    the strategy draws on no quota; None when the quota could not be read."""
+    from airflow_gpu_sched.client import VertexError
+    from airflow_gpu_sched.models import quota_limit
+
+    wanted = {metric_for(acc, strategy): need for acc, need in demand.items()
+              if strategy not in NO_QUOTA_STRATEGIES and not acc.is_tpu()}
+    if not wanted:
+        return []
+    try:
+        infos = list(client.list_quota_infos(project))
+    except VertexError:
+        return None
+    found = []
+    for metric, need in wanted.items():
+        limit = quota_limit(infos, metric, region)
+        if limit is not None and need > limit:
+            found.append(Shortfall(metric, region, limit, need, project))
+    return found
