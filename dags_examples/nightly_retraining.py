@@ -5,6 +5,11 @@ for at most 2 hours. If they never come, the plan falls back: FLEX_START in a se
 then Spot VMs (resuming from the same checkpoints), and the whole plan must finish within
 8 hours of the data interval's end, so it never runs into the working day. The evaluation
 reads the training task's figures (wait, run, GPU-hours, cost) from XCom.
+
+``nightly_retraining_tuned`` is the variant for teams that tune every night and must end with a
+registered model: a hyperparameter tuning job (4 trials, 2 at a time, each a FLEX_START custom
+job on one A100) picks the learning rate, then a training pipeline trains with the best trial's
+parameters (FLEX_START, falling back to SPOT) and registers a new version of the model.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, task
 
-from _settings import BUCKET, EMULATOR_ENV, IMAGE, LOCATION, POLL_INTERVAL, PROJECT_ID
+from _settings import BUCKET, EMULATOR_ENV, IMAGE, LOCATION, POLL_INTERVAL, PROJECT_ID, SERVING_IMAGE
 from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
 with DAG(
@@ -74,3 +79,77 @@ with DAG(
 
     prepare_data() >> train
     evaluate(train.output)
+
+
+STUDY = {
+    "metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+    "parameters": [{"parameterId": "learning_rate", "scaleType": "UNIT_LOG_SCALE",
+                    "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.1}}],
+    "algorithm": "RANDOM_SEARCH",
+}
+A100 = {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100", "accelerator_count": 1}
+
+with DAG(
+    dag_id="nightly_retraining_tuned",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["gpu-training", "example"],
+    doc_md=__doc__,
+):
+
+    @task
+    def prepare_tuning_data(ds: str | None = None) -> str:
+        return f"{BUCKET}/nightly-tuned/{ds or 'manual'}/train.jsonl"
+
+    tune = FlexStartTrainingOperator(
+        task_id="tune",
+        project_id=PROJECT_ID,
+        location=LOCATION,
+        display_name="nightly-tuning-{{ ds_nodash }}",
+        job_type="hyperparameter_tuning_job",
+        study_spec=STUDY,
+        max_trial_count=4,
+        parallel_trial_count=2,
+        image_uri=IMAGE,
+        command=["python", "train.py"],
+        args=["--data={{ ti.xcom_pull(task_ids='prepare_tuning_data') }}", "--steps=50"],
+        env=EMULATOR_ENV,
+        max_wait_duration="1h",
+        base_output_dir=BUCKET + "/nightly-tuned/{{ ds_nodash }}/tuning",
+        poll_interval=POLL_INTERVAL,
+        **A100,
+    )
+
+    train_and_register = FlexStartTrainingOperator(
+        task_id="train_and_register",
+        project_id=PROJECT_ID,
+        location=LOCATION,
+        display_name="nightly-model-{{ ds_nodash }}",
+        job_type="training_pipeline",
+        model_display_name="nightly-model",
+        model_serving_image_uri=SERVING_IMAGE,
+        image_uri=IMAGE,
+        command=["python", "train.py"],
+        args=["--data={{ ti.xcom_pull(task_ids='prepare_tuning_data') }}", "--steps=200",
+              "--learning_rate={{ ti.xcom_pull(task_ids='tune')['best_trial']['parameters']['learning_rate'] }}"],
+        env=EMULATOR_ENV,
+        max_wait_duration="1h",
+        fallback=[{"strategy": "SPOT", "max_preemption_retries": 2}],
+        base_output_dir=BUCKET + "/nightly-tuned/{{ ds_nodash }}/final",
+        poll_interval=POLL_INTERVAL,
+        **A100,
+    )
+
+    @task
+    def report(tuning: dict, training: dict) -> dict:
+        """What the night tuned, registered and spent."""
+        best = tuning["best_trial"]
+        print(f"best of {len(tuning['trials'])} trials: {best['parameters']} -> {best['final_measurement']}; "
+              f"registered {training['model_name']} version {training['model_version']}; "
+              f"{tuning['gpu_hours'] + training['gpu_hours']:.2f} GPU-hours in all")
+        return {"model_name": training["model_name"], "model_version": training["model_version"],
+                "best_parameters": best["parameters"]}
+
+    prepare_tuning_data() >> tune >> train_and_register
+    report(tune.output, train_and_register.output)

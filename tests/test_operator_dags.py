@@ -164,16 +164,20 @@ def examples(airflow, monkeypatch, tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 
     airflow.reset(with_a100_pool("a100-pool", replicas=2))
-    return DagBag(dag_folder=str(EXAMPLES))
+    bag = DagBag(dag_folder=str(EXAMPLES))
+    bag.emulator_url = airflow.url
+    return bag
 
 
 def test_example_dags_import_without_errors(examples):
     assert examples.import_errors == {}
-    assert set(examples.dag_ids) == {"nightly_retraining", "spot_training", "persistent_resource_training"}
+    assert set(examples.dag_ids) == {"nightly_retraining", "nightly_retraining_tuned", "spot_training",
+                                     "persistent_resource_training"}
 
 
 @pytest.mark.parametrize("dag_id, task_id, strategy", [
     ("nightly_retraining", "train", "FLEX_START"),
+    ("nightly_retraining_tuned", "train_and_register", "FLEX_START"),
     ("spot_training", "train_on_spot", "SPOT"),
     ("persistent_resource_training", "train_on_pool", "PERSISTENT_RESOURCE"),
 ])
@@ -185,6 +189,14 @@ def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, 
     if dag_id == "nightly_retraining":
         assert result["evaluate"].return_value["model_dir"] == (
             f"gs://demo-training-bucket/nightly/{today:%Y%m%d}/model/")
+    if dag_id == "nightly_retraining_tuned":
+        report = result["report"].return_value
+        best = result["tune"].return_value["best_trial"]
+        assert report["best_parameters"] == best["parameters"] and report["model_version"] == "1"
+        pipeline = requests.get(f"{examples.emulator_url}/v1/{result[task_id].return_value['job_name']}",
+                                timeout=5).json()
+        assert f"--learning_rate={best['parameters']['learning_rate']}" in \
+            pipeline["trainingTaskInputs"]["workerPoolSpecs"][0]["containerSpec"]["args"]
 
 
 def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):
