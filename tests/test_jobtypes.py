@@ -467,6 +467,16 @@ def test_quota_infos_list_the_limits_set_per_region_with_a_default(emulator):
         assert [q.name for q in client.list_quota_infos()] == [q.name for q in infos]
 
 
+def test_scenario_quotas_are_served_and_enforced(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "defaultGpuQuota": 32,
+                    "quotas": [{"metric": H100_PREEMPTIBLE, "region": LOCATION, "limit": 1}]})
+    infos = [QuotaInfo.model_validate(q) for q in _quota_infos_raw(emulator.url).json()["quotaInfos"]]
+    assert quota_limit(infos, H100_PREEMPTIBLE, LOCATION) == 1
+    assert quota_limit(infos, H100_PREEMPTIBLE, "us-east4") == 32
+    vertex.create_pipeline(pipeline("SPOT"))  # 1 GPU: fits
+    assert vertex.create_pipeline(pipeline("FLEX_START"), expect=429)["error"]["status"] == "RESOURCE_EXHAUSTED"
+
+
 def test_quota_infos_page(emulator):
     first = _quota_infos_raw(emulator.url, pageSize=5).json()
     assert len(first["quotaInfos"]) == 5
