@@ -237,6 +237,43 @@ def test_with_max_failed_zero_a_failed_trial_is_tolerated_while_others_succeed(v
     assert emulator.history(name)["failedTrials"] == 1
 
 
+def test_flex_start_trial_wait_expiry_fails_the_tuning_job_with_that_reason(vertex, emulator):
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    body = tuning(max_trials=2, parallel=1, strategy="FLEX_START")
+    body["trialJobSpec"]["scheduling"]["maxWaitDuration"] = "600s"
+    name = vertex.create_tuning(body)["name"]
+    emulator.advance(700)
+    assert vertex.tuning(name)["state"] == "JOB_STATE_PENDING"  # trial 1 expired, trial 2 waits
+    emulator.advance(700)
+    failed = vertex.tuning(name)
+    assert failed["state"] == "JOB_STATE_FAILED" and failed["error"]["code"] == 4
+    assert failed["error"]["details"][0]["reason"] == "FLEX_START_WAIT_EXPIRED"
+    assert [t["state"] for t in failed["trials"]] == ["INFEASIBLE", "INFEASIBLE"]
+
+
+def test_tuning_trials_run_on_a_persistent_resource(vertex, emulator):
+    from tests.conftest import with_a100_pool
+
+    emulator.reset({**with_a100_pool(replicas=1), "speed": 1})
+    body = tuning(max_trials=2, parallel=2)
+    body["trialJobSpec"]["persistentResourceId"] = "pool-a"
+    body["trialJobSpec"].pop("scheduling")
+    name = vertex.create_tuning(body)["name"]
+    emulator.advance(200)
+    done = vertex.tuning(name)
+    assert done["state"] == "JOB_STATE_SUCCEEDED"
+    runs = []
+    for trial in done["trials"]:
+        history = emulator.history(trial["customJob"])["history"]
+        runs.append(([h["time"] for h in history if h["state"] == "JOB_STATE_RUNNING"][0],
+                     [h["time"] for h in history if h["state"] == "JOB_STATE_SUCCEEDED"][0]))
+    runs.sort()
+    assert runs[1][0] >= runs[0][1]  # one replica in the pool: the second trial ran after the first
+    assert emulator.stats()["jobsCreated"] == {"PERSISTENT_RESOURCE": 2}
+    body["trialJobSpec"]["persistentResourceId"] = "pool-b"
+    assert vertex.create_tuning(body, expect=400)["error"]["status"] == "FAILED_PRECONDITION"
+
+
 def test_every_trial_failing_fails_the_job_with_the_trials_error(vertex, emulator):
     name = vertex.create_tuning(tuning(max_trials=2, parallel=2, exit_code=3))["name"]
     emulator.advance(200)
