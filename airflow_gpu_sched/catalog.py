@@ -140,3 +140,11 @@ def accelerator_of_metric(metric: str) -> tuple[A, bool] | None:
         if short == f"custom_model_training_preemptible_nvidia_{gpu}_gpus":
             return accelerator, True
     return None
+
+
+def gpu_quota_metric(accelerator: A | str, preemptible: bool) -> str:
+    """Like :func:`quota_metric` with the tier as a flag; always a name (an accelerator missing
+    from :data:`QUOTA_GPU_NAMES` gets its enum name, lowercased, without ``nvidia_``/``tesla_``)."""
+    accelerator = A(accelerator)
+    gpu = QUOTA_GPU_NAMES.get(accelerator) or accelerator.value.lower().removeprefix("nvidia_").removeprefix("tesla_")
+    return f"{QUOTA_SERVICE}/custom_model_training_{'preemptible_' if preemptible else ''}nvidia_{gpu}_gpus"

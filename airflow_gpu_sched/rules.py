@@ -537,3 +537,47 @@ def validate_training_pipeline(pipeline: TrainingPipeline) -> TrainingPipeline:
     if found:
         raise SpecError(found, "training pipeline")
     return pipeline
+
+
+# --------------------------------------------------------------------------- operator arguments (same rules)
+
+_COUNT_ARGS = {"maxTrialCount": "max_trial_count", "parallelTrialCount": "parallel_trial_count",
+               "maxFailedTrialCount": "max_failed_trial_count"}
+
+
+def check_tuning_options(study_spec: StudySpec | dict | None, max_trial_count: int | None,
+                         parallel_trial_count: int | None,
+                         max_failed_trial_count: int | None = None) -> list[Violation]:
+    """The tuning rules of :func:`check_tuning_job`, for operator arguments: paths name the
+    argument (``study_spec.metrics[0].goal``, ``parallel_trial_count``). ``parallel_trial_count``
+    None means 1."""
+    found = [Violation(_COUNT_ARGS.get(v.path, v.path), v.rule)
+             for v in check_tuning_counts(max_trial_count, 1 if parallel_trial_count is None else parallel_trial_count,
+                                          max_failed_trial_count)]
+    if study_spec is None:
+        return found + [Violation("study_spec", "is required: metrics (metricId, goal) and parameters to tune")]
+    if isinstance(study_spec, StudySpec):
+        study = study_spec
+    else:
+        try:
+            study = StudySpec.model_validate(study_spec)
+        except ValidationError as exc:
+            return found + [Violation(f"study_spec.{v.path}", v.rule) for v in parse_violations(exc)]
+    return found + [Violation("study_spec" + v.path.removeprefix("studySpec"), v.rule)
+                    for v in check_study_spec(study, "studySpec")]
+
+
+def check_pipeline_options(model_display_name: str | None, model_serving_image_uri: str | None,
+                           parent_model: str | None = None) -> list[Violation]:
+    """The pipeline rules of :func:`check_training_pipeline` for operator arguments."""
+    found = []
+    if not model_display_name:
+        found.append(Violation("model_display_name", "is required: the registered model's name"))
+    else:
+        found += [Violation("model_display_name", v.rule) for v in _check_display_name(model_display_name)]
+    if not model_serving_image_uri:
+        found.append(Violation("model_serving_image_uri", "is required: the serving container image of the model"))
+    if parent_model is not None and not MODEL_NAME.fullmatch(parent_model):
+        found.append(Violation("parent_model", f"must be a model resource name like "
+                                               f"'projects/P/locations/L/models/ID' (got {parent_model!r})"))
+    return found

@@ -576,3 +576,25 @@ def test_quota_metric_names_per_strategy():
     assert catalog.accelerator_of_metric("custom_model_training_preemptible_nvidia_h100_gpus") == (
         catalog.A.NVIDIA_H100_80GB, True)
 
+
+
+def test_operator_argument_rules_name_the_arguments():
+    from airflow_gpu_sched.rules import check_pipeline_options, check_tuning_options
+
+    study = {"metrics": [{"metricId": "acc", "goal": "UP"}], "parameters": [{"parameterId": "n"}]}
+    paths = [v.path for v in check_tuning_options(study, 2, 3, None)]
+    assert paths == ["parallel_trial_count", "study_spec.metrics[0].goal", "study_spec.parameters[0]"]
+    assert check_tuning_options({**study, "metrics": [{"metricId": "acc", "goal": "MAXIMIZE"}],
+                                 "parameters": [{"parameterId": "n", "discreteValueSpec": {"values": [1, 2]}}]},
+                                2, None) == []
+    assert [v.path for v in check_tuning_options(None, 0, 1)] == ["max_trial_count", "study_spec"]
+    assert [v.path for v in check_pipeline_options("", None, "models/1")] == [
+        "model_display_name", "model_serving_image_uri", "parent_model"]
+    assert check_pipeline_options("m", "img", f"{PARENT}/models/1") == []
+
+
+def test_gpu_quota_metric_flag_form():
+    assert catalog.gpu_quota_metric("NVIDIA_H100_80GB", preemptible=True) == \
+        "aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_h100_gpus"
+    assert catalog.gpu_quota_metric(catalog.A.NVIDIA_TESLA_A100, preemptible=False) == \
+        catalog.quota_metric("NVIDIA_TESLA_A100", "STANDARD")
