@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airflow_gpu_sched.models import AcceleratorType as A
+from airflow_gpu_sched.models import Strategy
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,67 @@ def accelerators_for(machine_type: str) -> dict[A, tuple[int, ...]]:
     if machine_series(machine_type) == "n1":
         return dict(N1_ATTACHABLE)
     return {}
+
+
+# --------------------------------------------------------------------------- quota metrics
+
+# The <gpu> part of Vertex AI's training GPU quota metrics
+# (aiplatform.googleapis.com/custom_model_training_[preemptible_]nvidia_<gpu>_gpus). Google's
+# DWS page names ``custom_model_training_[preemptible_]nvidia_h100_gpus`` for NVIDIA_H100_80GB;
+# the others follow the names the Cloud console lists. TPUs have no such metric here.
+QUOTA_GPU_NAMES: dict[A, str] = {
+    A.NVIDIA_TESLA_K80: "k80",
+    A.NVIDIA_TESLA_P100: "p100",
+    A.NVIDIA_TESLA_V100: "v100",
+    A.NVIDIA_TESLA_P4: "p4",
+    A.NVIDIA_TESLA_T4: "t4",
+    A.NVIDIA_TESLA_A100: "a100",
+    A.NVIDIA_A100_80GB: "a100_80gb",
+    A.NVIDIA_L4: "l4",
+    A.NVIDIA_H100_80GB: "h100",
+    A.NVIDIA_H100_MEGA_80GB: "h100_mega",
+    A.NVIDIA_H200_141GB: "h200",
+    A.NVIDIA_B200: "b200",
+    A.NVIDIA_GB200: "gb200",
+    A.NVIDIA_RTX_PRO_6000: "rtx_pro_6000",
+}
+
+QUOTA_SERVICE = "aiplatform.googleapis.com"
+
+
+def uses_preemptible_quota(strategy: Strategy | str | None) -> bool:
+    """SPOT and FLEX_START draw on the *preemptible* GPU quota; STANDARD on the on-demand one."""
+    effective = Strategy(strategy or Strategy.STRATEGY_UNSPECIFIED).effective
+    return effective in (Strategy.SPOT, Strategy.FLEX_START)
+
+
+def quota_metric(accelerator: A | str, strategy: Strategy | str | None = None, *,
+                 full: bool = True) -> str | None:
+    """The GPU quota metric a job of ``strategy`` with ``accelerator`` draws on:
+    ``aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_h100_gpus`` for
+    FLEX_START/SPOT on H100, ``..._nvidia_h100_gpus`` for STANDARD (``full=False``: without the
+    service prefix). None for an accelerator with no known metric (TPUs, unknown types)."""
+    gpu = QUOTA_GPU_NAMES.get(A(accelerator))
+    if gpu is None:
+        return None
+    short = f"custom_model_training_{'preemptible_' if uses_preemptible_quota(strategy) else ''}nvidia_{gpu}_gpus"
+    return f"{QUOTA_SERVICE}/{short}" if full else short
+
+
+def accelerator_of_metric(metric: str) -> tuple[A, bool] | None:
+    """The inverse of :func:`quota_metric`: (accelerator, preemptible?) or None."""
+    short = metric.rsplit("/", 1)[-1]
+    for accelerator, gpu in QUOTA_GPU_NAMES.items():
+        if short == f"custom_model_training_nvidia_{gpu}_gpus":
+            return accelerator, False
+        if short == f"custom_model_training_preemptible_nvidia_{gpu}_gpus":
+            return accelerator, True
+    return None
+
+
+def gpu_quota_metric(accelerator: A | str, preemptible: bool) -> str:
+    """Like :func:`quota_metric` with the tier as a flag; always a name (an accelerator missing
+    from :data:`QUOTA_GPU_NAMES` gets its enum name, lowercased, without ``nvidia_``/``tesla_``)."""
+    accelerator = A(accelerator)
+    gpu = QUOTA_GPU_NAMES.get(accelerator) or accelerator.value.lower().removeprefix("nvidia_").removeprefix("tesla_")
+    return f"{QUOTA_SERVICE}/custom_model_training_{'preemptible_' if preemptible else ''}nvidia_{gpu}_gpus"

@@ -190,6 +190,92 @@ TERMINAL_JOB_STATES = frozenset(
 )
 
 
+class PipelineState(OpenEnum):
+    """A TrainingPipeline's state. Same life cycle as :class:`JobState` under other names:
+    :meth:`as_job_state` maps ``PIPELINE_STATE_X`` to ``JOB_STATE_X`` so consumers can treat
+    custom jobs, tuning jobs and pipelines alike."""
+
+    PIPELINE_STATE_UNSPECIFIED = "PIPELINE_STATE_UNSPECIFIED"
+    PIPELINE_STATE_QUEUED = "PIPELINE_STATE_QUEUED"
+    PIPELINE_STATE_PENDING = "PIPELINE_STATE_PENDING"
+    PIPELINE_STATE_RUNNING = "PIPELINE_STATE_RUNNING"
+    PIPELINE_STATE_SUCCEEDED = "PIPELINE_STATE_SUCCEEDED"
+    PIPELINE_STATE_FAILED = "PIPELINE_STATE_FAILED"
+    PIPELINE_STATE_CANCELLING = "PIPELINE_STATE_CANCELLING"
+    PIPELINE_STATE_CANCELLED = "PIPELINE_STATE_CANCELLED"
+    PIPELINE_STATE_PAUSED = "PIPELINE_STATE_PAUSED"
+
+    def is_terminal(self) -> bool:
+        """True once the pipeline can change no more (PAUSED is not terminal, nor a success)."""
+        return self in TERMINAL_PIPELINE_STATES
+
+    def as_job_state(self) -> JobState:
+        """``PIPELINE_STATE_X`` -> ``JOB_STATE_X`` (an unknown name maps to an open JobState)."""
+        return pipeline_to_job_state(self)
+
+
+TERMINAL_PIPELINE_STATES = frozenset(
+    {
+        PipelineState.PIPELINE_STATE_SUCCEEDED,
+        PipelineState.PIPELINE_STATE_FAILED,
+        PipelineState.PIPELINE_STATE_CANCELLED,
+    }
+)
+
+
+def pipeline_to_job_state(state: PipelineState | str) -> JobState:
+    """``PIPELINE_STATE_RUNNING`` -> ``JOB_STATE_RUNNING``; a JobState is returned unchanged."""
+    if isinstance(state, JobState):
+        return state
+    return JobState("JOB_STATE_" + str(PipelineState(state).value).removeprefix("PIPELINE_STATE_"))
+
+
+def as_job_state(state: JobState | PipelineState | str) -> JobState:
+    """Any resource's state as a :class:`JobState` (custom jobs, tuning jobs, pipelines)."""
+    if isinstance(state, JobState):
+        return state
+    if isinstance(state, PipelineState) or str(state).startswith("PIPELINE_STATE_"):
+        return pipeline_to_job_state(state)
+    return JobState(state)
+
+
+class TrialState(OpenEnum):
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    REQUESTED = "REQUESTED"
+    ACTIVE = "ACTIVE"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    INFEASIBLE = "INFEASIBLE"
+
+    def is_terminal(self) -> bool:
+        return self in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
+
+
+class GoalType(OpenEnum):
+    GOAL_TYPE_UNSPECIFIED = "GOAL_TYPE_UNSPECIFIED"
+    MAXIMIZE = "MAXIMIZE"
+    MINIMIZE = "MINIMIZE"
+
+
+class SearchAlgorithm(OpenEnum):
+    ALGORITHM_UNSPECIFIED = "ALGORITHM_UNSPECIFIED"
+    GRID_SEARCH = "GRID_SEARCH"
+    RANDOM_SEARCH = "RANDOM_SEARCH"
+
+
+class ScaleType(OpenEnum):
+    SCALE_TYPE_UNSPECIFIED = "SCALE_TYPE_UNSPECIFIED"
+    UNIT_LINEAR_SCALE = "UNIT_LINEAR_SCALE"
+    UNIT_LOG_SCALE = "UNIT_LOG_SCALE"
+    UNIT_REVERSE_LOG_SCALE = "UNIT_REVERSE_LOG_SCALE"
+
+
+class MeasurementSelectionType(OpenEnum):
+    MEASUREMENT_SELECTION_TYPE_UNSPECIFIED = "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED"
+    LAST_MEASUREMENT = "LAST_MEASUREMENT"
+    BEST_MEASUREMENT = "BEST_MEASUREMENT"
+
+
 class PersistentResourceState(OpenEnum):
     STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
     PROVISIONING = "PROVISIONING"
@@ -211,6 +297,12 @@ _ENUM_NUMBERS: dict[str, dict[int, str]] = {
         15: "NVIDIA_H200_141GB", 16: "NVIDIA_B200", 17: "NVIDIA_GB200", 18: "NVIDIA_RTX_PRO_6000",
     },
     "JobState": dict(enumerate(JobState.__members__)),
+    "PipelineState": dict(enumerate(PipelineState.__members__)),
+    "TrialState": dict(enumerate(TrialState.__members__)),
+    "GoalType": dict(enumerate(GoalType.__members__)),
+    "SearchAlgorithm": {0: "ALGORITHM_UNSPECIFIED", 2: "GRID_SEARCH", 3: "RANDOM_SEARCH"},
+    "ScaleType": dict(enumerate(ScaleType.__members__)),
+    "MeasurementSelectionType": dict(enumerate(MeasurementSelectionType.__members__)),
     "PersistentResourceState": {
         0: "STATE_UNSPECIFIED", 1: "PROVISIONING", 3: "RUNNING", 4: "STOPPING", 5: "ERROR",
         6: "REBOOTING", 7: "UPDATING",
@@ -459,6 +551,341 @@ class ListCustomJobsResponse(VertexModel):
 class ListPersistentResourcesResponse(VertexModel):
     persistent_resources: list[PersistentResource] = Field(default_factory=list)
     next_page_token: str | None = None
+
+
+# --------------------------------------------------------------------------- hyperparameter tuning
+
+CUSTOM_TASK_DEFINITION = "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
+
+
+class MetricSpec(VertexModel):
+    """StudySpec.metrics[]: what a trial reports and which way is better."""
+
+    metric_id: str | None = None
+    goal: GoalType | None = None
+    safety_config: dict[str, Any] | None = None
+
+
+class DoubleValueSpec(VertexModel):
+    min_value: float | None = None
+    max_value: float | None = None
+    default_value: float | None = None
+
+
+class IntegerValueSpec(VertexModel):
+    min_value: Int64 | None = None
+    max_value: Int64 | None = None
+    default_value: Int64 | None = None
+
+
+class CategoricalValueSpec(VertexModel):
+    values: list[str] | None = None
+    default_value: str | None = None
+
+
+class DiscreteValueSpec(VertexModel):
+    values: list[float] | None = None
+    default_value: float | None = None
+
+
+class ParameterSpec(VertexModel):
+    """StudySpec.parameters[]: exactly one of the four value specs."""
+
+    parameter_id: str | None = None
+    double_value_spec: DoubleValueSpec | None = None
+    integer_value_spec: IntegerValueSpec | None = None
+    categorical_value_spec: CategoricalValueSpec | None = None
+    discrete_value_spec: DiscreteValueSpec | None = None
+    scale_type: ScaleType | None = None
+    conditional_parameter_specs: list[dict[str, Any]] | None = None
+
+    @property
+    def value_specs(self) -> list[str]:
+        """Wire names of the value specs set (a valid spec has exactly one)."""
+        return [wire for attr, wire in (("double_value_spec", "doubleValueSpec"),
+                                        ("integer_value_spec", "integerValueSpec"),
+                                        ("categorical_value_spec", "categoricalValueSpec"),
+                                        ("discrete_value_spec", "discreteValueSpec"))
+                if getattr(self, attr) is not None]
+
+
+class StudySpec(VertexModel):
+    metrics: list[MetricSpec] = Field(default_factory=list)
+    parameters: list[ParameterSpec] = Field(default_factory=list)
+    algorithm: SearchAlgorithm | None = None
+    observation_noise: str | None = None
+    measurement_selection_type: MeasurementSelectionType | None = None
+    decay_curve_stopping_spec: dict[str, Any] | None = None
+    median_automated_stopping_spec: dict[str, Any] | None = None
+    convex_automated_stopping_spec: dict[str, Any] | None = None
+    study_stopping_config: dict[str, Any] | None = None
+
+    @property
+    def goal(self) -> GoalType:
+        """The first metric's goal (the one ``best_trial`` ranks by); MAXIMIZE when unset."""
+        goal = self.metrics[0].goal if self.metrics else None
+        return GoalType.MINIMIZE if goal is GoalType.MINIMIZE else GoalType.MAXIMIZE
+
+
+class TrialParameter(VertexModel):
+    parameter_id: str | None = None
+    value: Any = None  # a number for DOUBLE/INTEGER/DISCRETE, a string for CATEGORICAL
+
+
+class MeasurementMetric(VertexModel):
+    metric_id: str | None = None
+    value: float | None = None
+
+
+class Measurement(VertexModel):
+    step_count: Int64 | None = None
+    elapsed_duration: Duration | None = None
+    metrics: list[MeasurementMetric] = Field(default_factory=list)
+
+    def value_of(self, metric_id: str) -> float | None:
+        return next((m.value for m in self.metrics if m.metric_id == metric_id), None)
+
+
+class Trial(VertexModel):
+    name: str | None = None
+    id: str | None = None
+    state: TrialState | None = None
+    parameters: list[TrialParameter] = Field(default_factory=list)
+    final_measurement: Measurement | None = None
+    measurements: list[Measurement] | None = None
+    start_time: Timestamp | None = None
+    end_time: Timestamp | None = None
+    client_id: str | None = None
+    infeasible_reason: str | None = None
+    custom_job: str | None = None  # resource name of the trial's CustomJob
+    web_access_uris: dict[str, str] | None = None
+
+    @property
+    def parameter_values(self) -> dict[str, Any]:
+        return {p.parameter_id or "": p.value for p in self.parameters}
+
+
+class HyperparameterTuningJob(VertexModel):
+    name: str | None = None
+    display_name: str | None = None
+    study_spec: StudySpec = Field(default_factory=StudySpec)
+    max_trial_count: int | None = None
+    parallel_trial_count: int | None = None
+    max_failed_trial_count: int | None = None
+    trial_job_spec: CustomJobSpec = Field(default_factory=CustomJobSpec)
+    trials: list[Trial] | None = None
+    state: JobState | None = None
+    create_time: Timestamp | None = None
+    start_time: Timestamp | None = None
+    end_time: Timestamp | None = None
+    update_time: Timestamp | None = None
+    error: Status | None = None
+    labels: dict[str, str] | None = None
+    encryption_spec: dict[str, Any] | None = None
+    satisfies_pzs: bool | None = None
+    satisfies_pzi: bool | None = None
+
+    @property
+    def job_id(self) -> str | None:
+        return self.name.rsplit("/", 1)[-1] if self.name else None
+
+    def is_terminal(self) -> bool:
+        return self.state is not None and self.state.is_terminal()
+
+    def best_trial(self) -> Trial | None:
+        """The succeeded trial with the best final value of the study's first metric."""
+        if not self.study_spec.metrics:
+            return None
+        metric_id = self.study_spec.metrics[0].metric_id or ""
+        scored = [(t.final_measurement.value_of(metric_id), t) for t in self.trials or []
+                  if t.state is TrialState.SUCCEEDED and t.final_measurement is not None]
+        scored = [(v, t) for v, t in scored if v is not None]
+        if not scored:
+            return None
+        pick = min if self.study_spec.goal is GoalType.MINIMIZE else max
+        return pick(scored, key=lambda vt: vt[0])[1]
+
+
+# --------------------------------------------------------------------------- training pipelines and models
+
+
+class Port(VertexModel):
+    container_port: int | None = None
+
+
+class ModelContainerSpec(VertexModel):
+    """Model.containerSpec: the serving container (not the training one)."""
+
+    image_uri: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: list[EnvVar] | None = None
+    ports: list[Port] | None = None
+    predict_route: str | None = None
+    health_route: str | None = None
+
+
+class Model(VertexModel):
+    name: str | None = None  # projects/P/locations/L/models/ID (no @version)
+    display_name: str | None = None
+    description: str | None = None
+    version_id: str | None = None
+    version_aliases: list[str] | None = None
+    version_description: str | None = None
+    version_create_time: Timestamp | None = None
+    version_update_time: Timestamp | None = None
+    container_spec: ModelContainerSpec | None = None
+    artifact_uri: str | None = None
+    labels: dict[str, str] | None = None
+    create_time: Timestamp | None = None
+    update_time: Timestamp | None = None
+    training_pipeline: str | None = None
+    metadata: Any = None
+    metadata_schema_uri: str | None = None
+    etag: str | None = None
+
+    @property
+    def model_id(self) -> str | None:
+        return self.name.rsplit("/", 1)[-1].split("@", 1)[0] if self.name else None
+
+    @property
+    def versioned_name(self) -> str | None:
+        """``projects/P/locations/L/models/ID@VERSION`` (the name of this exact version)."""
+        if not self.name:
+            return None
+        base = self.name.split("@", 1)[0]
+        return f"{base}@{self.version_id}" if self.version_id else base
+
+
+class TrainingPipeline(VertexModel):
+    name: str | None = None
+    display_name: str | None = None
+    training_task_definition: str | None = None
+    training_task_inputs: dict[str, Any] | None = None  # a CustomJobSpec for the custom task
+    training_task_metadata: dict[str, Any] | None = None  # output: {"backingCustomJob": name}
+    model_to_upload: Model | None = None
+    model_id: str | None = None
+    parent_model: str | None = None
+    input_data_config: dict[str, Any] | None = None
+    state: PipelineState | None = None
+    create_time: Timestamp | None = None
+    start_time: Timestamp | None = None
+    end_time: Timestamp | None = None
+    update_time: Timestamp | None = None
+    error: Status | None = None
+    labels: dict[str, str] | None = None
+    encryption_spec: dict[str, Any] | None = None
+
+    @property
+    def pipeline_id(self) -> str | None:
+        return self.name.rsplit("/", 1)[-1] if self.name else None
+
+    @property
+    def job_state(self) -> JobState | None:
+        """The state as a JobState (``PIPELINE_STATE_X`` -> ``JOB_STATE_X``)."""
+        return None if self.state is None else self.state.as_job_state()
+
+    def is_terminal(self) -> bool:
+        return self.state is not None and self.state.is_terminal()
+
+    @property
+    def custom_job_spec(self) -> CustomJobSpec:
+        """``trainingTaskInputs`` read as the CustomJobSpec the custom task takes."""
+        return CustomJobSpec.model_validate(self.training_task_inputs or {})
+
+    @property
+    def backing_custom_job(self) -> str | None:
+        return (self.training_task_metadata or {}).get("backingCustomJob")
+
+
+class ListHyperparameterTuningJobsResponse(VertexModel):
+    hyperparameter_tuning_jobs: list[HyperparameterTuningJob] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class ListTrainingPipelinesResponse(VertexModel):
+    training_pipelines: list[TrainingPipeline] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class ListModelsResponse(VertexModel):
+    models: list[Model] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+# --------------------------------------------------------------------------- Cloud Quotas (cloudquotas.googleapis.com v1)
+
+AIPLATFORM_SERVICE = "aiplatform.googleapis.com"
+
+
+class RolloutInfo(VertexModel):
+    ongoing_rollout: bool | None = None
+
+
+class QuotaDetails(VertexModel):
+    value: Int64 | None = None  # the limit in effect; -1 means unlimited
+    rollout_info: RolloutInfo | None = None
+
+
+class DimensionsInfo(VertexModel):
+    dimensions: dict[str, str] = Field(default_factory=dict)  # {} = every region not listed
+    details: QuotaDetails | None = None
+    applicable_locations: list[str] | None = None
+
+
+class QuotaInfo(VertexModel):
+    """One quota of a service (Cloud Quotas API v1 ``QuotaInfo``)."""
+
+    name: str | None = None
+    quota_id: str | None = None
+    metric: str | None = None  # e.g. aiplatform.googleapis.com/custom_model_training_nvidia_h100_gpus
+    service: str | None = None
+    is_precise: bool | None = None
+    refresh_interval: str | None = None
+    container_type: str | None = None
+    dimensions: list[str] | None = None
+    metric_display_name: str | None = None
+    quota_display_name: str | None = None
+    metric_unit: str | None = None
+    quota_increase_eligibility: dict[str, Any] | None = None
+    is_fixed: bool | None = None
+    dimensions_infos: list[DimensionsInfo] = Field(default_factory=list)
+    is_concurrent: bool | None = None
+    service_request_quota_uri: str | None = None
+
+    def limit_for(self, region: str) -> int | None:
+        """The limit in ``region``: its own dimensionsInfo, else the default one (no region
+        dimension), else None. -1 (unlimited) is returned as is."""
+        default = None
+        for info in self.dimensions_infos:
+            where = info.dimensions.get("region")
+            value = info.details.value if info.details else None
+            if where == region:
+                return value
+            if where is None and default is None:
+                default = value
+        return default
+
+
+class ListQuotaInfosResponse(VertexModel):
+    quota_infos: list[QuotaInfo] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+def quota_limit(quota_infos: list[QuotaInfo], metric: str, region: str) -> int | None:
+    """The limit of ``metric`` in ``region`` from a list of QuotaInfo (``quotaInfos.list``).
+
+    ``metric`` may be the full name (``aiplatform.googleapis.com/custom_model_training_...``)
+    or the short one. A dimensionsInfo whose ``dimensions`` is empty is the default for every
+    region without its own. None when no QuotaInfo has the metric; -1 means unlimited.
+    """
+    short = metric.rsplit("/", 1)[-1]
+    for info in quota_infos:
+        if (info.metric or "").rsplit("/", 1)[-1] == short:
+            limit = info.limit_for(region)
+            if limit is not None:
+                return limit
+    return None
 
 
 # rpc status name -> (numeric rpc code, HTTP status), as Google maps them (vertex-api.md).

@@ -303,3 +303,41 @@ def test_uint64_rejects_negative() -> None:
     )
     assert conformance_errors({prop: "7"}, name) == []
     assert conformance_errors({prop: "-7"}, name)[0].startswith(f"{prop}: expected uint64")
+
+
+TUNING_JOB = "GoogleCloudAiplatformV1HyperparameterTuningJob"
+VALID_TUNING_JOB: dict[str, Any] = {
+    "name": "projects/p/locations/us-central1/hyperparameterTuningJobs/1",
+    "displayName": "t", "maxTrialCount": 2, "parallelTrialCount": 1, "state": "JOB_STATE_SUCCEEDED",
+    "studySpec": {"algorithm": "GRID_SEARCH", "metrics": [{"metricId": "acc", "goal": "MAXIMIZE"}],
+                  "parameters": [{"parameterId": "n", "integerValueSpec": {"minValue": "1", "maxValue": "4"}}]},
+    "trialJobSpec": VALID_JOB["jobSpec"],
+    "trials": [{"id": "1", "state": "SUCCEEDED", "customJob": "projects/p/locations/us-central1/customJobs/2",
+                "parameters": [{"parameterId": "n", "value": 3}],
+                "finalMeasurement": {"stepCount": "100", "elapsedDuration": "60s",
+                                     "metrics": [{"metricId": "acc", "value": 0.99}]}}],
+}
+
+
+def test_valid_tuning_job_and_pipeline_have_no_errors() -> None:
+    assert conformance_errors(VALID_TUNING_JOB, TUNING_JOB) == []
+    pipeline = {"displayName": "p", "state": "PIPELINE_STATE_SUCCEEDED", "trainingTaskDefinition": "gs://x.yaml",
+                "trainingTaskInputs": VALID_JOB["jobSpec"], "trainingTaskMetadata": {"backingCustomJob": "c"},
+                "modelToUpload": {"name": "projects/p/locations/l/models/1", "versionId": "1",
+                                  "versionAliases": ["default"], "containerSpec": {"imageUri": "i"}}}
+    assert conformance_errors(pipeline, "GoogleCloudAiplatformV1TrainingPipeline") == []
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda j: j["trials"][0]["finalMeasurement"].update(stepCount=100), "trials[0].finalMeasurement.stepCount"),
+    (lambda j: j["trials"][0].update(state="CANCELLED"), "trials[0].state"),
+    (lambda j: j["studySpec"]["metrics"][0].update(goal="UP"), "studySpec.metrics[0].goal"),
+    (lambda j: j.update(state="PIPELINE_STATE_SUCCEEDED"), "state"),
+    (lambda j: j["studySpec"]["parameters"][0]["integerValueSpec"].update(minValue=1),
+     "studySpec.parameters[0].integerValueSpec.minValue"),
+])
+def test_tuning_job_violations_are_reported(change: Callable[[dict], None], expected: str) -> None:
+    job = copy.deepcopy(VALID_TUNING_JOB)
+    change(job)
+    errors = conformance_errors(job, TUNING_JOB)
+    assert len(errors) == 1 and errors[0].startswith(expected + ":")

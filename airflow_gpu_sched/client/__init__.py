@@ -8,6 +8,7 @@ the errors of :mod:`.errors`.
 from airflow_gpu_sched.client.aio import AsyncVertexClient, aclose_shared_clients
 from airflow_gpu_sched.client.auth import ConnectionSettings, TokenSource
 from airflow_gpu_sched.client.core import (
+    CLOUD_QUOTAS_ROOT,
     DEFAULT_API_ROOT,
     ApiCall,
     GiveUp,
@@ -19,6 +20,7 @@ from airflow_gpu_sched.client.core import (
     error_from_status,
     is_loopback_http,
     next_step,
+    quotas_root,
 )
 from airflow_gpu_sched.client.errors import (
     AlreadyExistsError,
@@ -37,6 +39,7 @@ from airflow_gpu_sched.client.errors import (
 from airflow_gpu_sched.client.sync import VertexClient
 
 __all__ = [
+    "CLOUD_QUOTAS_ROOT",
     "DEFAULT_API_ROOT",
     "AlreadyExistsError",
     "AmbiguousCreateError",
@@ -65,4 +68,5 @@ __all__ = [
     "error_from_status",
     "is_loopback_http",
     "next_step",
+    "quotas_root",
 ]

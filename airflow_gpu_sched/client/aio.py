@@ -30,7 +30,16 @@ from airflow_gpu_sched.client.core import (
     parse_success_body,
 )
 from airflow_gpu_sched.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
-from airflow_gpu_sched.models import CustomJob, Operation, PersistentResource
+from airflow_gpu_sched.models import (
+    AIPLATFORM_SERVICE,
+    CustomJob,
+    HyperparameterTuningJob,
+    Model,
+    Operation,
+    PersistentResource,
+    QuotaInfo,
+    TrainingPipeline,
+)
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -144,6 +153,50 @@ class AsyncVertexClient(ClientMethods):
                 yield resource
             if not (token := page.next_page_token):
                 return
+
+    async def list_hyperparameter_tuning_jobs(self, filter: str | None = None, page_size: int | None = None,
+                                              project: str | None = None, location: str | None = None,
+                                              read_mask: str | None = None) -> AsyncIterator[HyperparameterTuningJob]:
+        token = None
+        while True:
+            page = await self.list_hyperparameter_tuning_jobs_page(filter, page_size, token, read_mask, project,
+                                                                   location)
+            for job in page.hyperparameter_tuning_jobs:
+                yield job
+            if not (token := page.next_page_token):
+                return
+
+    async def list_training_pipelines(self, filter: str | None = None, page_size: int | None = None,
+                                      project: str | None = None, location: str | None = None,
+                                      read_mask: str | None = None) -> AsyncIterator[TrainingPipeline]:
+        token = None
+        while True:
+            page = await self.list_training_pipelines_page(filter, page_size, token, read_mask, project, location)
+            for pipeline in page.training_pipelines:
+                yield pipeline
+            if not (token := page.next_page_token):
+                return
+
+    async def list_models(self, filter: str | None = None, page_size: int | None = None,
+                          project: str | None = None, location: str | None = None) -> AsyncIterator[Model]:
+        token = None
+        while True:
+            page = await self.list_models_page(filter, page_size, token, project, location)
+            for model in page.models:
+                yield model
+            if not (token := page.next_page_token):
+                return
+
+    async def list_quota_infos(self, project: str | None = None,
+                               service: str = AIPLATFORM_SERVICE) -> list[QuotaInfo]:
+        """Every QuotaInfo of ``service`` (all pages). Raises :class:`PermissionDeniedError` on 403."""
+        found: list[QuotaInfo] = []
+        token = None
+        while True:
+            page = await self.list_quota_infos_page(project, service, None, token)
+            found += page.quota_infos
+            if not (token := page.next_page_token):
+                return found
 
     async def wait_operation(self, name: str | Operation, timeout: float = 600, poll: float = 1.0) -> Operation:
         """Poll until done. Raises the operation's error as a :class:`VertexApiError`

@@ -33,15 +33,29 @@ from airflow_gpu_sched.client.errors import (
     VertexTransportError,
 )
 from airflow_gpu_sched.models import (
+    AIPLATFORM_SERVICE,
     CustomJob,
+    HyperparameterTuningJob,
     ListCustomJobsResponse,
+    ListHyperparameterTuningJobsResponse,
+    ListModelsResponse,
     ListPersistentResourcesResponse,
+    ListQuotaInfosResponse,
+    ListTrainingPipelinesResponse,
+    Model,
     Operation,
     PersistentResource,
     Status,
+    TrainingPipeline,
     parse_duration,
 )
-from airflow_gpu_sched.rules import SpecError, check_persistent_resource, validate_custom_job
+from airflow_gpu_sched.rules import (
+    SpecError,
+    check_persistent_resource,
+    validate_custom_job,
+    validate_training_pipeline,
+    validate_tuning_job,
+)
 
 log = logging.getLogger("airflow_gpu_sched.client")
 
@@ -51,6 +65,7 @@ T = TypeVar("T")
 
 DEFAULT_API_ROOT = "https://{location}-aiplatform.googleapis.com/v1/"
 _GLOBAL_API_ROOT = "https://aiplatform.googleapis.com/v1/"
+CLOUD_QUOTAS_ROOT = "https://cloudquotas.googleapis.com/v1/"
 _NAME = re.compile(r"^projects/([^/]+)/locations/([^/]+)(?:/|$)")
 
 
@@ -84,6 +99,20 @@ def api_root(location: str, api_endpoint: str | None = None) -> str:
     if not re.fullmatch(r"[a-z0-9-]+", location or ""):
         raise ValueError(f"{location!r} is not a Vertex AI location (e.g. 'us-central1')")
     return DEFAULT_API_ROOT.format(location=location)
+
+
+def quotas_root(api_endpoint: str | None = None) -> str:
+    """The Cloud Quotas API's ``.../v1/`` root. Production (no override, or an override on a
+    ``googleapis.com`` host such as a regional Vertex endpoint): ``https://cloudquotas.googleapis.com/v1/``.
+    Any other override (the emulator, a proxy) serves Cloud Quotas on the same host:
+    ``http://127.0.0.1:PORT`` -> ``http://127.0.0.1:PORT/v1/``."""
+    if not api_endpoint:
+        return CLOUD_QUOTAS_ROOT
+    root = normalize_endpoint(api_endpoint)
+    host = (urlsplit(root).hostname or "").lower()
+    if host == "googleapis.com" or host.endswith(".googleapis.com"):
+        return CLOUD_QUOTAS_ROOT
+    return root
 
 
 def is_loopback_http(api_endpoint: str | None) -> bool:
@@ -140,12 +169,18 @@ class ApiCall:
     params: Mapping[str, Any] = field(default_factory=dict)
     body: dict[str, Any] | None = None
     safety: Safety = Safety.IDEMPOTENT
+    service: str = "aiplatform"  # "cloudquotas": sent to the Cloud Quotas API's root (quotas_root)
 
 
 # Output-only fields: the service sets them; sending them back is at best ignored.
 _JOB_OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error",
                     "webAccessUris", "satisfiesPzs", "satisfiesPzi")
 _RESOURCE_OUTPUT_ONLY = ("name", "state", "error", "createTime", "startTime", "updateTime")
+_TUNING_OUTPUT_ONLY = _JOB_OUTPUT_ONLY + ("trials",)
+_PIPELINE_OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error",
+                         "trainingTaskMetadata")
+_MODEL_OUTPUT_ONLY = ("name", "versionId", "createTime", "updateTime", "versionCreateTime",
+                      "versionUpdateTime", "trainingPipeline")
 
 
 class VertexApi:
@@ -155,7 +190,10 @@ class VertexApi:
         self.api_endpoint = normalize_endpoint(api_endpoint) if api_endpoint else None
 
     def url(self, call: ApiCall) -> str:
-        root = api_root(call.location, self.api_endpoint)
+        if call.service == "cloudquotas":
+            root = quotas_root(self.api_endpoint)
+        else:
+            root = api_root(call.location, self.api_endpoint)
         path = quote(call.path.lstrip("/"), safe="/:@-._~")
         params = {k: v for k, v in call.params.items() if v is not None}
         return root + path + ("?" + urlencode(params, quote_via=quote) if params else "")
@@ -216,6 +254,86 @@ class VertexApi:
 
     def delete_persistent_resource(self, name: str) -> ApiCall:
         return ApiCall("persistentResources.delete", "DELETE", name, location_of(name))
+
+    # --- hyperparameterTuningJobs
+
+    def create_hyperparameter_tuning_job(self, parent_or_project_location: str | tuple[str, str],
+                                         job: HyperparameterTuningJob | Mapping[str, Any]) -> ApiCall:
+        """Checked against :func:`rules.check_tuning_job` first; the server picks the id, so a
+        create is not safe to repeat (like customJobs.create)."""
+        parent = _parent(parent_or_project_location)
+        job = job if isinstance(job, HyperparameterTuningJob) else HyperparameterTuningJob.model_validate(job)
+        validate_tuning_job(job)
+        body = _without(job.to_api(), _TUNING_OUTPUT_ONLY)
+        return ApiCall("hyperparameterTuningJobs.create", "POST", f"{parent}/hyperparameterTuningJobs",
+                       location_of(parent), body=body, safety=Safety.CREATE)
+
+    def get_hyperparameter_tuning_job(self, name: str) -> ApiCall:
+        return ApiCall("hyperparameterTuningJobs.get", "GET", name, location_of(name))
+
+    def list_hyperparameter_tuning_jobs(self, parent: str, filter: str | None = None, page_size: int | None = None,
+                                        page_token: str | None = None, read_mask: str | None = None) -> ApiCall:
+        params = {"filter": filter, "pageSize": page_size, "pageToken": page_token, "readMask": read_mask}
+        return ApiCall("hyperparameterTuningJobs.list", "GET", f"{parent}/hyperparameterTuningJobs",
+                       location_of(parent), params=params)
+
+    def cancel_hyperparameter_tuning_job(self, name: str) -> ApiCall:
+        return ApiCall("hyperparameterTuningJobs.cancel", "POST", f"{name}:cancel", location_of(name), body={})
+
+    def delete_hyperparameter_tuning_job(self, name: str) -> ApiCall:
+        return ApiCall("hyperparameterTuningJobs.delete", "DELETE", name, location_of(name))
+
+    # --- trainingPipelines
+
+    def create_training_pipeline(self, parent_or_project_location: str | tuple[str, str],
+                                 pipeline: TrainingPipeline | Mapping[str, Any]) -> ApiCall:
+        """Checked against :func:`rules.check_training_pipeline` first; not safe to repeat."""
+        parent = _parent(parent_or_project_location)
+        pipeline = (pipeline if isinstance(pipeline, TrainingPipeline)
+                    else TrainingPipeline.model_validate(pipeline))
+        validate_training_pipeline(pipeline)
+        body = _without(pipeline.to_api(), _PIPELINE_OUTPUT_ONLY)
+        if "modelToUpload" in body:
+            body["modelToUpload"] = _without(body["modelToUpload"], _MODEL_OUTPUT_ONLY)
+        return ApiCall("trainingPipelines.create", "POST", f"{parent}/trainingPipelines", location_of(parent),
+                       body=body, safety=Safety.CREATE)
+
+    def get_training_pipeline(self, name: str) -> ApiCall:
+        return ApiCall("trainingPipelines.get", "GET", name, location_of(name))
+
+    def list_training_pipelines(self, parent: str, filter: str | None = None, page_size: int | None = None,
+                                page_token: str | None = None, read_mask: str | None = None) -> ApiCall:
+        params = {"filter": filter, "pageSize": page_size, "pageToken": page_token, "readMask": read_mask}
+        return ApiCall("trainingPipelines.list", "GET", f"{parent}/trainingPipelines", location_of(parent),
+                       params=params)
+
+    def cancel_training_pipeline(self, name: str) -> ApiCall:
+        return ApiCall("trainingPipelines.cancel", "POST", f"{name}:cancel", location_of(name), body={})
+
+    def delete_training_pipeline(self, name: str) -> ApiCall:
+        return ApiCall("trainingPipelines.delete", "DELETE", name, location_of(name))
+
+    # --- models
+
+    def get_model(self, name: str) -> ApiCall:
+        """``name`` is ``projects/P/locations/L/models/ID`` (default version) or ``...ID@VERSION``."""
+        return ApiCall("models.get", "GET", name, location_of(name))
+
+    def list_models(self, parent: str, filter: str | None = None, page_size: int | None = None,
+                    page_token: str | None = None) -> ApiCall:
+        return ApiCall("models.list", "GET", f"{parent}/models", location_of(parent),
+                       params={"filter": filter, "pageSize": page_size, "pageToken": page_token})
+
+    # --- Cloud Quotas (cloudquotas.googleapis.com)
+
+    def list_quota_infos(self, project: str, service: str = AIPLATFORM_SERVICE, page_size: int | None = None,
+                         page_token: str | None = None) -> ApiCall:
+        """``GET v1/projects/P/locations/global/services/SERVICE/quotaInfos`` on the Cloud Quotas
+        API (see :func:`quotas_root`). A 403 surfaces as :class:`PermissionDeniedError`."""
+        if not project or "/" in project:
+            raise ValueError(f"{project!r} is not a project id")
+        return ApiCall("quotaInfos.list", "GET", f"projects/{project}/locations/global/services/{service}/quotaInfos",
+                       "global", params={"pageSize": page_size, "pageToken": page_token}, service="cloudquotas")
 
     # --- operations
 
@@ -508,6 +626,86 @@ class ClientMethods:
     def delete_persistent_resource(self, name_or_id: str) -> Operation:
         call = self.api.delete_persistent_resource(self._expand(name_or_id, "persistentResources"))
         return self._execute(call, Operation.model_validate)
+
+    # --- hyperparameterTuningJobs
+
+    def create_hyperparameter_tuning_job(self, job: HyperparameterTuningJob | Mapping[str, Any],
+                                         project: str | None = None,
+                                         location: str | None = None) -> HyperparameterTuningJob:
+        """Create a tuning job. Raises :class:`SpecError` before sending a bad spec, and
+        :class:`AmbiguousCreateError` when the outcome is unknown (reconcile by label)."""
+        call = self.api.create_hyperparameter_tuning_job(self._parent(project, location), job)
+        return self._execute(call, HyperparameterTuningJob.model_validate)
+
+    def get_hyperparameter_tuning_job(self, name: str) -> HyperparameterTuningJob:
+        call = self.api.get_hyperparameter_tuning_job(self._expand(name, "hyperparameterTuningJobs"))
+        return self._execute(call, HyperparameterTuningJob.model_validate)
+
+    def list_hyperparameter_tuning_jobs_page(self, filter: str | None = None, page_size: int | None = None,
+                                             page_token: str | None = None, read_mask: str | None = None,
+                                             project: str | None = None,
+                                             location: str | None = None) -> ListHyperparameterTuningJobsResponse:
+        call = self.api.list_hyperparameter_tuning_jobs(self._parent(project, location), filter, page_size,
+                                                        page_token, read_mask)
+        return self._execute(call, ListHyperparameterTuningJobsResponse.model_validate)
+
+    def cancel_hyperparameter_tuning_job(self, name: str) -> None:
+        call = self.api.cancel_hyperparameter_tuning_job(self._expand(name, "hyperparameterTuningJobs"))
+        return self._execute(call, _ignore)
+
+    def delete_hyperparameter_tuning_job(self, name: str) -> Operation:
+        call = self.api.delete_hyperparameter_tuning_job(self._expand(name, "hyperparameterTuningJobs"))
+        return self._execute(call, Operation.model_validate)
+
+    # --- trainingPipelines
+
+    def create_training_pipeline(self, pipeline: TrainingPipeline | Mapping[str, Any], project: str | None = None,
+                                 location: str | None = None) -> TrainingPipeline:
+        """Create a pipeline. Raises :class:`SpecError` before sending a bad spec, and
+        :class:`AmbiguousCreateError` when the outcome is unknown (reconcile by label)."""
+        call = self.api.create_training_pipeline(self._parent(project, location), pipeline)
+        return self._execute(call, TrainingPipeline.model_validate)
+
+    def get_training_pipeline(self, name: str) -> TrainingPipeline:
+        call = self.api.get_training_pipeline(self._expand(name, "trainingPipelines"))
+        return self._execute(call, TrainingPipeline.model_validate)
+
+    def list_training_pipelines_page(self, filter: str | None = None, page_size: int | None = None,
+                                     page_token: str | None = None, read_mask: str | None = None,
+                                     project: str | None = None,
+                                     location: str | None = None) -> ListTrainingPipelinesResponse:
+        call = self.api.list_training_pipelines(self._parent(project, location), filter, page_size, page_token,
+                                                read_mask)
+        return self._execute(call, ListTrainingPipelinesResponse.model_validate)
+
+    def cancel_training_pipeline(self, name: str) -> None:
+        return self._execute(self.api.cancel_training_pipeline(self._expand(name, "trainingPipelines")), _ignore)
+
+    def delete_training_pipeline(self, name: str) -> Operation:
+        call = self.api.delete_training_pipeline(self._expand(name, "trainingPipelines"))
+        return self._execute(call, Operation.model_validate)
+
+    # --- models
+
+    def get_model(self, name: str) -> Model:
+        """A model by name, ``name@VERSION`` or bare id (with this client's project/location)."""
+        return self._execute(self.api.get_model(self._expand(name, "models")), Model.model_validate)
+
+    def list_models_page(self, filter: str | None = None, page_size: int | None = None,
+                         page_token: str | None = None, project: str | None = None,
+                         location: str | None = None) -> ListModelsResponse:
+        call = self.api.list_models(self._parent(project, location), filter, page_size, page_token)
+        return self._execute(call, ListModelsResponse.model_validate)
+
+    # --- Cloud Quotas
+
+    def list_quota_infos_page(self, project: str | None = None, service: str = AIPLATFORM_SERVICE,
+                              page_size: int | None = None, page_token: str | None = None) -> ListQuotaInfosResponse:
+        project = project or self.project
+        if not project:
+            raise ValueError("no project: pass project= to the client or to the call")
+        call = self.api.list_quota_infos(project, service, page_size, page_token)
+        return self._execute(call, ListQuotaInfosResponse.model_validate)
 
     # --- operations
 

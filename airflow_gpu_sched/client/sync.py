@@ -23,7 +23,16 @@ from airflow_gpu_sched.client.core import (
     parse_success_body,
 )
 from airflow_gpu_sched.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
-from airflow_gpu_sched.models import CustomJob, Operation, PersistentResource
+from airflow_gpu_sched.models import (
+    AIPLATFORM_SERVICE,
+    CustomJob,
+    HyperparameterTuningJob,
+    Model,
+    Operation,
+    PersistentResource,
+    QuotaInfo,
+    TrainingPipeline,
+)
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -37,7 +46,8 @@ _TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.except
 
 
 class VertexClient(ClientMethods):
-    """Vertex AI custom jobs and persistent resources, blocking.
+    """Vertex AI custom jobs, tuning jobs, training pipelines, models, persistent resources
+    (and Cloud Quotas reads), blocking.
 
     ``credentials=None`` means: none for an ``http://127.0.0.1`` emulator, else found from
     ``settings`` (a connection) or the environment on the first request.
@@ -124,6 +134,47 @@ class VertexClient(ClientMethods):
             yield from page.persistent_resources
             if not (token := page.next_page_token):
                 return
+
+    def list_hyperparameter_tuning_jobs(self, filter: str | None = None, page_size: int | None = None,
+                                        project: str | None = None, location: str | None = None,
+                                        read_mask: str | None = None) -> Iterator[HyperparameterTuningJob]:
+        """Every tuning job matching ``filter``, newest first (lists carry no ``trials``)."""
+        token = None
+        while True:
+            page = self.list_hyperparameter_tuning_jobs_page(filter, page_size, token, read_mask, project, location)
+            yield from page.hyperparameter_tuning_jobs
+            if not (token := page.next_page_token):
+                return
+
+    def list_training_pipelines(self, filter: str | None = None, page_size: int | None = None,
+                                project: str | None = None, location: str | None = None,
+                                read_mask: str | None = None) -> Iterator[TrainingPipeline]:
+        token = None
+        while True:
+            page = self.list_training_pipelines_page(filter, page_size, token, read_mask, project, location)
+            yield from page.training_pipelines
+            if not (token := page.next_page_token):
+                return
+
+    def list_models(self, filter: str | None = None, page_size: int | None = None, project: str | None = None,
+                    location: str | None = None) -> Iterator[Model]:
+        token = None
+        while True:
+            page = self.list_models_page(filter, page_size, token, project, location)
+            yield from page.models
+            if not (token := page.next_page_token):
+                return
+
+    def list_quota_infos(self, project: str | None = None, service: str = AIPLATFORM_SERVICE) -> list[QuotaInfo]:
+        """Every QuotaInfo of ``service`` (all pages), from the Cloud Quotas API. Raises
+        :class:`PermissionDeniedError` when the caller may not read quotas (403)."""
+        found: list[QuotaInfo] = []
+        token = None
+        while True:
+            page = self.list_quota_infos_page(project, service, None, token)
+            found += page.quota_infos
+            if not (token := page.next_page_token):
+                return found
 
     def wait_operation(self, name: str | Operation, timeout: float = 600, poll: float = 1.0) -> Operation:
         """Poll until done. Raises the operation's error as a :class:`VertexApiError`

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
-from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, Scenario
+from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 
 _SEG = r"[^/:]+"
 _PARENT = rf"projects/(?P<project>{_SEG})/locations/(?P<location>{_SEG})"
@@ -35,6 +35,23 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.get"),
         ("DELETE", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.delete"),
         ("GET", rf"(?P<name>{_PARENT}/operations/{_SEG})", "operations.get"),
+        ("POST", rf"{_PARENT}/hyperparameterTuningJobs", "hyperparameterTuningJobs.create"),
+        ("GET", rf"{_PARENT}/hyperparameterTuningJobs", "hyperparameterTuningJobs.list"),
+        ("GET", rf"(?P<name>{_PARENT}/hyperparameterTuningJobs/{_SEG})", "hyperparameterTuningJobs.get"),
+        ("POST", rf"(?P<name>{_PARENT}/hyperparameterTuningJobs/{_SEG}):cancel", "hyperparameterTuningJobs.cancel"),
+        ("DELETE", rf"(?P<name>{_PARENT}/hyperparameterTuningJobs/{_SEG})", "hyperparameterTuningJobs.delete"),
+        ("POST", rf"{_PARENT}/trainingPipelines", "trainingPipelines.create"),
+        ("GET", rf"{_PARENT}/trainingPipelines", "trainingPipelines.list"),
+        ("GET", rf"(?P<name>{_PARENT}/trainingPipelines/{_SEG})", "trainingPipelines.get"),
+        ("POST", rf"(?P<name>{_PARENT}/trainingPipelines/{_SEG}):cancel", "trainingPipelines.cancel"),
+        ("DELETE", rf"(?P<name>{_PARENT}/trainingPipelines/{_SEG})", "trainingPipelines.delete"),
+        ("GET", rf"{_PARENT}/models", "models.list"),
+        ("GET", rf"(?P<name>{_PARENT}/models/{_SEG})", "models.get"),
+        # Cloud Quotas API v1 (cloudquotas.googleapis.com), served on the same host
+        ("GET", rf"projects/(?P<project>{_SEG})/locations/global/services/(?P<service>{_SEG})/quotaInfos",
+         "quotaInfos.list"),
+        ("GET", rf"projects/(?P<project>{_SEG})/locations/global/services/(?P<service>{_SEG})/quotaInfos/"
+                rf"(?P<quota_id>{_SEG})", "quotaInfos.get"),
     ]
 ]
 
@@ -106,6 +123,38 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.delete_persistent_resource(args["name"])
     if rpc == "operations.get":
         return backend.get_operation(args["name"])
+    if rpc == "hyperparameterTuningJobs.create":
+        return backend.create_hyperparameter_tuning_job(args["project"], args["location"], await _body(request))
+    if rpc == "hyperparameterTuningJobs.list":
+        return backend.list_hyperparameter_tuning_jobs(args["project"], args["location"], q.get("filter", ""),
+                                                       _page_size(request), q.get("pageToken", ""))
+    if rpc == "hyperparameterTuningJobs.get":
+        return backend.get_hyperparameter_tuning_job(args["name"])
+    if rpc == "hyperparameterTuningJobs.cancel":
+        return backend.cancel_hyperparameter_tuning_job(args["name"])
+    if rpc == "hyperparameterTuningJobs.delete":
+        return backend.delete_hyperparameter_tuning_job(args["name"])
+    if rpc == "trainingPipelines.create":
+        return backend.create_training_pipeline(args["project"], args["location"], await _body(request))
+    if rpc == "trainingPipelines.list":
+        return backend.list_training_pipelines(args["project"], args["location"], q.get("filter", ""),
+                                               _page_size(request), q.get("pageToken", ""))
+    if rpc == "trainingPipelines.get":
+        return backend.get_training_pipeline(args["name"])
+    if rpc == "trainingPipelines.cancel":
+        return backend.cancel_training_pipeline(args["name"])
+    if rpc == "trainingPipelines.delete":
+        return backend.delete_training_pipeline(args["name"])
+    if rpc == "models.list":
+        return backend.list_models(args["project"], args["location"], q.get("filter", ""), _page_size(request),
+                                   q.get("pageToken", ""))
+    if rpc == "models.get":
+        return backend.get_model(args["name"])
+    if rpc == "quotaInfos.list":
+        return backend.list_quota_infos(args["project"], args["service"], _page_size(request),
+                                        q.get("pageToken", ""))
+    if rpc == "quotaInfos.get":
+        return backend.get_quota_info(args["project"], args["service"], args["quota_id"])
     raise AssertionError(rpc)
 
 
@@ -175,7 +224,22 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     async def quota(request: Request) -> dict:
         setting = QuotaSetting.model_validate(await _body(request))
         backend.set_quota(setting.model_dump())
-        return {"quota": [{"location": k[0], "acceleratorType": k[1], k[2]: v} for k, v in backend.quota.items()]}
+        return {"quota": backend.quotas.legacy_view()}
+
+    @control("POST", "quotas")
+    async def quotas(request: Request) -> dict:
+        setting = QuotasSetting.model_validate(await _body(request))
+        if setting.limit is not None or setting.metric is not None:
+            if setting.metric is None or setting.limit is None:
+                raise ApiError("INVALID_ARGUMENT", "quotas: set both metric and limit (region optional)")
+            backend.quotas.set(setting.metric, setting.region, setting.limit)
+        if setting.deny is not None:
+            backend.quotas.deny = setting.deny
+        return {"quotas": backend.quotas.view(), "deny": backend.quotas.deny}
+
+    @control("GET", "quotas")
+    async def quotas_view(request: Request) -> dict:
+        return {"quotas": backend.quotas.view(), "deny": backend.quotas.deny}
 
     @control("POST", "faults")
     async def faults(request: Request) -> dict:

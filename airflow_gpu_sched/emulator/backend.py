@@ -34,9 +34,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from airflow_gpu_sched import catalog
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
+from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
+from airflow_gpu_sched.emulator.quotas import QuotaStore
 from airflow_gpu_sched.emulator.scenario import Scenario
 from airflow_gpu_sched.models import (
     RPC_STATUS,
@@ -119,6 +122,7 @@ class JobRecord:
     running_since: datetime | None = None
     restarts: int = 0
     history: list[tuple[str, datetime]] = field(default_factory=list)
+    owner: str | None = None  # the tuning job or training pipeline that made this job
     _wire: dict | None = None
 
     @property
@@ -149,8 +153,9 @@ def _cached_filter(text: str):
     return parse_filter(text)
 
 
-class Backend:
-    """All emulated state. Not thread-safe: the HTTP app calls it from one event loop."""
+class Backend(JobTypesMixin):
+    """All emulated state. Not thread-safe: the HTTP app calls it from one event loop.
+    Tuning jobs, training pipelines and models: :class:`JobTypesMixin` (``jobtypes.py``)."""
 
     def __init__(self, scenario: Scenario | None = None):
         self.reset(scenario)
@@ -183,9 +188,12 @@ class Backend:
         self.faults = self.scenario.faults
         self.stats: dict[str, Any] = {"requests": {}, "faultsInjected": 0, "jobsCreated": {},
                                       "preemptions": 0, "serviceRestarts": 0, "cancels": 0}
-        self.quota: dict[tuple[str, str, str], int] = {}
+        self.quotas = QuotaStore(self.scenario.default_gpu_quota)
         for quota in self.scenario.quota:
             self.set_quota(quota.model_dump())
+        for limit in self.scenario.quotas:
+            self.quotas.set(limit.metric, limit.region, limit.limit)
+        self.reset_job_types()
         for setting in self.scenario.capacity:
             self.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
         for seeded in self.scenario.persistent_resources:
@@ -203,26 +211,27 @@ class Backend:
         self._admit(self.clock.now())
 
     def set_quota(self, setting: dict) -> None:
+        """The older per-accelerator form; writes the same store as the Cloud Quotas view."""
         for kind in ("standard", "preemptible"):
             if setting.get(kind) is not None:
-                self.quota[(setting["location"], setting["accelerator_type"], kind)] = setting[kind]
+                self.quotas.set_for_accelerator(setting["location"], setting["accelerator_type"],
+                                                kind == "preemptible", setting[kind])
 
-    def _check_quota(self, location: str, tier: str, demand: dict[str, int]) -> None:
+    def _check_quota(self, location: str, tier: str, demand: dict[str, int], times: int = 1) -> None:
         """GPUs of unfinished jobs count against the region's quota (SPOT and FLEX_START: the
-        preemptible one); over it, the create is refused with 429 as Vertex does."""
-        kind = "standard" if tier == "standard" else "preemptible"
+        preemptible one); over it, the create is refused with 429 as Vertex does. ``times``:
+        copies of ``demand`` the create will run at once (a tuning job's parallel trials)."""
+        preemptible = tier != "standard"
         for accelerator, wanted in demand.items():
-            limit = self.quota.get((location, accelerator, kind))
-            if limit is None:
+            metric = catalog.quota_metric(accelerator, "SPOT" if preemptible else "STANDARD")
+            limit = self.quotas.enforced_limit(metric, location) if metric else None
+            if limit is None or limit < 0:
                 continue
             used = sum(r.demand.get(accelerator, 0) for r in self.jobs.values()
                        if r.location == location and r.tier != "persistent" and not r.state.is_terminal()
-                       and ("standard" if r.tier == "standard" else "preemptible") == kind)
-            if used + wanted > limit:
-                gpu = accelerator.lower().removeprefix("nvidia_").removeprefix("tesla_")
-                metric = f"custom_model_training_{'preemptible_' if kind == 'preemptible' else ''}nvidia_{gpu}_gpus"
-                raise ApiError("RESOURCE_EXHAUSTED", "The following quota metrics exceed quota limits: "
-                                                     f"aiplatform.googleapis.com/{metric}")
+                       and (r.tier != "standard") == preemptible)
+            if used + wanted * times > limit:
+                raise ApiError("RESOURCE_EXHAUSTED", f"The following quota metrics exceed quota limits: {metric}")
 
     # ------------------------------------------------------------------ events
 
@@ -293,6 +302,8 @@ class Backend:
         record.epoch += 1
         record.history.append((state.value, when))
         record._wire = None
+        if record.owner is not None:
+            self._child_changed(record, when)  # a trial's or a pipeline's custom job moved
 
     def _admit(self, when: datetime) -> None:
         """Give free capacity to waiting jobs, oldest first (a job that does not fit is skipped)."""
@@ -367,9 +378,9 @@ class Backend:
     def _end(self, record: JobRecord, state: JobState, when: datetime, error: Status | None = None) -> None:
         self._stop_running(record, when)
         self._release(record)
-        self._set_state(record, state, when)
         record.job.end_time = when
         record.job.error = error
+        self._set_state(record, state, when)
         self._admit(when)
 
     def _fail(self, record: JobRecord, when: datetime, error: Status) -> None:
@@ -401,13 +412,18 @@ class Backend:
         found = check_custom_job(job)
         if found:
             raise violations_error(found)
+        return self._new_job(project, location, job, self.clock.now()).wire()
+
+    def _new_job(self, project: str, location: str, job: CustomJob, now: datetime, owner: str | None = None,
+                 check_quota: bool = True) -> JobRecord:
+        """Make a (valid) custom job at emulated time ``now``: for a create, or for a tuning job's
+        trial or a pipeline's backing job (``owner``: their name; quota checked at their create)."""
         spec = job.job_spec
-        now = self.clock.now()
         strategy = spec.strategy
         tier, demand = tier_of(strategy), {a.value: n for a, n in spec.accelerator_demand().items()}
         if spec.persistent_resource_id:
             tier, demand = "persistent", self._persistent_demand(project, location, job)
-        else:
+        elif check_quota:
             self._check_quota(location, tier, demand)
         first = spec.worker_pool_specs[0]
         env = first.env
@@ -426,7 +442,7 @@ class Backend:
         record = JobRecord(job=job, project=project, location=location, seq=next(self._seq), tier=tier,
                            demand=demand, run_seconds=run_seconds, exit_code=exit_code,
                            eligible_at=now + timedelta(seconds=self.scenario.queue_seconds),
-                           history=[(S.JOB_STATE_QUEUED.value, now)])
+                           history=[(S.JOB_STATE_QUEUED.value, now)], owner=owner)
         self.jobs[job.name] = record
         self._queue[job.name] = record
         kind = "PERSISTENT_RESOURCE" if tier == "persistent" else strategy.value
@@ -437,7 +453,7 @@ class Backend:
             wait = Scheduling.DEFAULT_MAX_WAIT if wait is None else wait
             if wait.total_seconds() > 0:  # 0 waits forever
                 self._schedule(now + wait, "wait_expired", job.name, ANY_EPOCH)
-        return record.wire()
+        return record
 
     def _persistent_demand(self, project: str, location: str, job: CustomJob) -> dict[str, int]:
         spec = job.job_spec
@@ -470,6 +486,13 @@ class Backend:
 
     def list_custom_jobs(self, project: str, location: str, filter_text: str = "",
                          page_size: int | None = None, page_token: str = "") -> dict:
+        return self._list_page(self.jobs.values(), "customJobs", project, location, filter_text, page_size,
+                               page_token)
+
+    def _list_page(self, records: Any, key: str, project: str, location: str, filter_text: str = "",
+                   page_size: int | None = None, page_token: str = "", wire: Any = None) -> dict:
+        """One page of ``records`` (in creation order; each with seq, project, location,
+        filter_record() and wire()) newest first, filtered, under ``key``."""
         try:
             predicate = _cached_filter(filter_text or "")
         except FilterError as exc:
@@ -480,7 +503,7 @@ class Backend:
         before = _decode_token(page_token, filter_text) if page_token else None
         page, more = [], False
         # Newest first; the token is the last seq returned, so inserts never shift pages.
-        for record in reversed(self.jobs.values()):
+        for record in reversed(list(records)):
             if record.project != project or record.location != location:
                 continue
             if before is not None and record.seq >= before:
@@ -491,7 +514,7 @@ class Backend:
                 more = True
                 break
             page.append(record)
-        body: dict[str, Any] = {"customJobs": [r.wire() for r in page]} if page else {}
+        body: dict[str, Any] = {key: [(wire or (lambda r: r.wire()))(r) for r in page]} if page else {}
         if more:
             body["nextPageToken"] = _encode_token(page[-1].seq, filter_text)
         return body
@@ -501,15 +524,19 @@ class Backend:
         if record.state.is_terminal():
             raise ApiError("FAILED_PRECONDITION",
                            f"Cannot cancel CustomJob {name}: it is already in state {record.state.value}.")
-        if record.state is not S.JOB_STATE_CANCELLING:
-            now = self.clock.now()
-            self.stats["cancels"] += 1
-            self._stop_running(record, now)
-            self._release(record)
-            self._set_state(record, S.JOB_STATE_CANCELLING, now)
-            self._schedule(now + timedelta(seconds=self.scenario.cancel_seconds), "cancelled", name, record.epoch)
-            self._admit(now)
+        self._cancel_job(record, self.clock.now())
         return {}
+
+    def _cancel_job(self, record: JobRecord, now: datetime) -> None:
+        if record.state.is_terminal() or record.state is S.JOB_STATE_CANCELLING:
+            return
+        self.stats["cancels"] += 1
+        self._stop_running(record, now)
+        self._release(record)
+        self._set_state(record, S.JOB_STATE_CANCELLING, now)
+        self._schedule(now + timedelta(seconds=self.scenario.cancel_seconds), "cancelled", record.job.name,
+                       record.epoch)
+        self._admit(now)
 
     def delete_custom_job(self, name: str) -> dict:
         record = self._job(name)
@@ -656,9 +683,13 @@ class Backend:
         for record in self.jobs.values():
             by_state[record.state.value] = by_state.get(record.state.value, 0) + 1
         return {**self.stats, "jobsByState": by_state, "now": self.clock.now().isoformat(),
-                "capacity": self.capacity.snapshot()}
+                "capacity": self.capacity.snapshot(), **self.job_types_stats()}
 
     def job_history(self, name: str) -> dict:
+        if name not in self.jobs:
+            found = self.job_type_history(name)
+            if found is not None:
+                return found
         record = self._job(name)
         return {"name": name, "restarts": record.restarts, "progressSeconds": record.progress,
                 "history": [{"state": s, "time": t.isoformat()} for s, t in record.history]}

@@ -36,6 +36,20 @@ class EmulatorControl:
                 "preemptible": preemptible}
         return self._call("POST", "quota", {k: v for k, v in body.items() if v is not None})
 
+    def set_quota_limit(self, metric: str, limit: int, region: str | None = None) -> dict:
+        """A Cloud Quotas limit (``custom_model_training_preemptible_nvidia_h100_gpus``, with or
+        without ``aiplatform.googleapis.com/``); ``region=None``: the default for every region.
+        The same store the create-time quota check and :meth:`set_quota` use."""
+        return self._call("POST", "quotas", {"metric": metric, "region": region, "limit": limit})
+
+    def deny_quota_reads(self, deny: bool = True) -> dict:
+        """Make the Cloud Quotas API answer 403 PERMISSION_DENIED (``False`` restores it)."""
+        return self._call("POST", "quotas", {"deny": deny})
+
+    def quotas(self) -> dict:
+        """``{"quotas": [{"metric", "region", "limit"}], "deny": bool}``: every limit set."""
+        return self._call("GET", "quotas")
+
     def set_faults(self, error_rate: float = 0.0, status_codes: list[int] | None = None,
                    latency_seconds: float = 0.0, after_handler_rate: float = 0.0) -> dict:
         """Inject errors; ``after_handler_rate``: share of them that hit after the request was
@@ -54,6 +68,8 @@ class EmulatorControl:
         return self._call("POST", f"{resource_name}:setState", {"state": state, "message": message})
 
     def history(self, job_name: str) -> dict:
+        """A custom job's, tuning job's (with its trials' custom jobs) or pipeline's (with its
+        ``backingCustomJob``) state changes."""
         return self._call("GET", f"{job_name}:history")
 
     def stats(self) -> dict:

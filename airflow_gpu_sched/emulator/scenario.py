@@ -42,6 +42,25 @@ class QuotaSetting(_Camel):
     preemptible: int | None = None
 
 
+class QuotaLimit(_Camel):
+    """A Cloud Quotas limit: ``metric`` (``custom_model_training_preemptible_nvidia_h100_gpus``,
+    with or without ``aiplatform.googleapis.com/``), ``region`` (None: every region without its
+    own limit) and ``limit`` (GPUs; -1 unlimited)."""
+
+    metric: str
+    region: str | None = None
+    limit: int
+
+
+class QuotasSetting(_Camel):
+    """``POST /emulator/v1/quotas``: set a limit, and/or make the quota API deny reads (403)."""
+
+    metric: str | None = None
+    region: str | None = None
+    limit: int | None = None
+    deny: bool | None = None
+
+
 class Faults(_Camel):
     error_rate: float = 0.0
     status_codes: list[int] = Field(default_factory=lambda: [429, 503])
@@ -74,7 +93,9 @@ class Scenario(_Camel):
         default_factory=lambda: TierCapacity(standard=64, spot=64, flex_start=64)
     )
     capacity: list[CapacitySetting] = Field(default_factory=list)
-    quota: list[QuotaSetting] = Field(default_factory=list)  # none set: unlimited
+    quota: list[QuotaSetting] = Field(default_factory=list)  # none set: unlimited (older form of `quotas`)
+    quotas: list[QuotaLimit] = Field(default_factory=list)  # Cloud Quotas limits per metric and region
+    default_gpu_quota: int = 64  # what the quota API reports for a metric never set (not enforced)
     faults: Faults = Field(default_factory=Faults)
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
     # --execute: run each RUNNING job's command as a local process (see emulator/executor.py)
