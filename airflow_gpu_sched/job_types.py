@@ -76,6 +76,10 @@ class JobType:
     def outputs(self, resource: Any) -> dict[str, Any]:
         return {}
 
+    def listed_without_details(self, resource: Any) -> bool:
+        """True when ``resource`` came from a list page that leaves out what :meth:`outputs` reads."""
+        return False
+
     def parallelism(self, options: JobOptions) -> int:
         """How many copies of the spec may hold GPUs at once (quota and persistent-pool fit)."""
         return 1
@@ -158,6 +162,9 @@ class HyperparameterTuningJobType(JobType):
 
     def view(self, resource: Any) -> CustomJob:
         return _view(resource, resource.trial_job_spec or CustomJobSpec(), resource.state)
+
+    def listed_without_details(self, resource: Any) -> bool:
+        return resource.trials is None  # Vertex's list leaves the trials out (so does the emulator)
 
     def parallelism(self, options: JobOptions) -> int:
         return max(1, options.parallel_trial_count or 1)

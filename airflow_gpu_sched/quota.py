@@ -51,7 +51,7 @@ def shortfalls(client: Any, project: str, region: str, strategy: str,
     from airflow_gpu_sched.models import quota_limit
 
     wanted = {metric_for(acc, strategy): need for acc, need in demand.items()
-              if strategy not in NO_QUOTA_STRATEGIES and not acc.is_tpu()}
+              if strategy not in NO_QUOTA_STRATEGIES and not acc.is_tpu}
     if not wanted:
         return []
     try:

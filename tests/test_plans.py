@@ -184,7 +184,8 @@ def test_a_plan_a_step_cannot_take_is_an_error_when_the_dag_is_parsed(plan, fiel
 
 def test_a_create_refused_for_quota_moves_the_plan_on(fast_emulator):
     fast_emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=0)  # no on-demand A100s in this region
-    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+    # without the preflight (which would skip the region first: test_operator_job_types), the create is refused
+    op = GpuTrainingOperator(task_id="t", deferrable=False, quota_preflight=False, plan=[
         {"strategy": "STANDARD", "locations": [LOCATION, "us-east4"]}], **COMMON)
     result = op.execute(context())
     assert [(a["location"], a["state"]) for a in result["attempts"]] == [

@@ -580,6 +580,8 @@ class VertexTrainingOperator(BaseOperator):
             raise VertexUnreachable(event.get("message") or "Vertex AI unreachable", event.get("job_name"))
         job_kind = job_type_of(event["job"]["name"])
         resource = job_kind.resource_of(event)
+        if job_kind.listed_without_details(resource):  # the poller's list page omits e.g. trials
+            resource = job_kind.get(self.client(resource.name.split("/")[3]), resource.name)
         job = job_kind.view(resource)
         index, step, location = self.position(ledger)
         restarts = int(event.get("observed_restarts", 0))

@@ -47,7 +47,7 @@ def _operator(strategy: str, job_type: str, **kw):
 
     common = dict(task_id=kw.pop("task_id", "train"), project_id=PROJECT, location=LOCATION,
                   image_uri="gcr.io/p/trainer:1", poll_interval=0.02, base_output_dir="gs://bucket/run",
-                  job_type=job_type, **A100, **JOB_TYPE_ARGS[job_type], **kw)
+                  job_type=job_type, **A100, **{**JOB_TYPE_ARGS[job_type], **kw})
     if strategy == "FLEX_START":
         return FlexStartTrainingOperator(max_wait_duration="1h", **common)
     if strategy == "SPOT":
@@ -105,9 +105,11 @@ def test_each_job_type_runs_under_each_strategy(airflow, job_type, strategy):
         trial_jobs = [_get(airflow, t["custom_job"]) for t in trials]
         assert all(_spec_of(j, "custom_job").get("persistentResourceId") == spec.get("persistentResourceId")
                    for j in trial_jobs)
-        # GPU-hours are the trials' own: four trials of one GPU, side by side
+        # GPU-hours are the trials' own (start to end of each, as Vertex reports them): four trials of
+        # one GPU side by side, not the tuning job's wall time
         assert training["gpu_hours"] == pytest.approx(sum(
-            (_seconds(j["endTime"]) - _seconds(j["startTime"])) / 3600 for j in trial_jobs), rel=0.05)
+            (_seconds(t["endTime"]) - _seconds(t["startTime"])) / 3600 for t in resource["trials"]), abs=1e-4)
+        assert training["gpu_hours"] > (_seconds(resource["endTime"]) - _seconds(resource["startTime"])) / 3600
     elif job_type == "training_pipeline":
         assert training["model_name"].startswith(f"projects/{PROJECT}/locations/{LOCATION}/models/")
         model = _get(airflow, training["model_name"])
@@ -140,8 +142,10 @@ def test_a_spot_tuning_job_whose_trials_stock_out_is_resubmitted_and_completes(a
     airflow.reset({**FAST, "provisioningSeconds": 40})
 
     with DAG("spot_tuning_recovery", schedule=None, start_date=START) as dag:
+        # max_failed_trial_count=1: the first trial that stocks out fails the tuning job (with 0, Vertex
+        # would carry on with the other trials)
         _operator("SPOT", "hyperparameter_tuning_job", env={"EMULATOR_RUN_SECONDS": "300"},
-                  max_preemption_retries=2)
+                  max_preemption_retries=2, max_failed_trial_count=1)
 
     def preempt_one_trial_seven_times():
         done, deadline, target = 0, time.monotonic() + 60, None
@@ -180,10 +184,10 @@ def _set_quota(emulator, metric: str, limit: int) -> None:
 def test_a_quota_below_the_need_fails_before_any_create_naming_the_metric(airflow):
     from airflow.sdk import DAG
 
-    _set_quota(airflow, PREEMPTIBLE_A100, 3)  # two parallel trials x 2 replicas x 1 GPU = 4 needed
+    _set_quota(airflow, PREEMPTIBLE_A100, 3)  # four parallel trials x 1 GPU = 4 needed
 
     with DAG("quota_too_low", schedule=None, start_date=START) as dag:
-        _operator("SPOT", "hyperparameter_tuning_job", replica_count=2)
+        _operator("SPOT", "hyperparameter_tuning_job", parallel_trial_count=4)
 
     result = run_dag(dag, logical_date=START)
     assert result.state == "failed"
@@ -211,7 +215,7 @@ def test_a_plan_skips_the_step_whose_quota_cannot_fit(airflow):
     assert airflow.stats()["jobsCreated"] == {"STANDARD": 1}
 
 
-def test_a_quota_api_that_may_not_be_read_only_warns(airflow, caplog):
+def test_a_quota_api_that_may_not_be_read_only_warns(airflow, capfd):
     from airflow.sdk import DAG
 
     response = requests.post(f"{airflow.url}/emulator/v1/quotas", json={"deny": True}, timeout=5)
@@ -222,7 +226,7 @@ def test_a_quota_api_that_may_not_be_read_only_warns(airflow, caplog):
     result = run_dag(dag, logical_date=START)
     assert result.state == "success"
     assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1}
-    assert "could not read the GPU quota" in caplog.text
+    assert "could not read the GPU quota" in capfd.readouterr().out  # the task log, on stdout under dag.test
 
 
 def test_quota_preflight_false_submits_past_a_low_quota(airflow):
