@@ -3,7 +3,8 @@
 ``run_nightly_demo`` (the default): starts the emulator with scarce H100 capacity (FLEX_START
 GPUs free up 20 emulated minutes after the run starts), runs ``nightly_retraining`` (data prep
 -> FLEX_START training -> evaluation) with ``airflow dags test`` on a throwaway SQLite home in
-``.demo/``, and prints a summary per training job.
+``.demo/``, then the SPOT, persistent-resource and tuned (tuning job -> training pipeline that
+registers a model) examples, and prints a summary per training task.
 
 ``run_demo`` (``--strategies``): one job of each capacity strategy submitted with the client
 (FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
@@ -209,19 +210,30 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
                 "containerSpec": {"imageUri": "x", "command": ["python", "-c", "import time; time.sleep(25)"]}}]}})
         dags_test("persistent_resource_training", f"the pool's only replica is busy ({blocker.display_name}), "
                                                   "then frees")
+        dags_test("nightly_retraining_tuned", "a tuning job (4 FLEX_START trials on A100s, 2 at a time) -> a "
+                                              "training pipeline with the best parameters registers the model")
+        models = client.list_models_page().models
+        for model in models:
+            print(f"  registered model {model.display_name}: {model.name} version {model.version_id}", flush=True)
+        if not models:
+            print("the tuned example registered no model")
+            return 1
 
         jobs = list(client.list_custom_jobs(filter='labels.managed-by="airflow-gpu-sched"'))
-        print("\n  training task (emulated minutes)             strategy             attempts  queued     ran        "
+        print("\n  training task (emulated minutes)             strategy             jobs      queued     ran        "
               "GPU-hours")
-        for dag_id in ("nightly_retraining", "spot_training", "persistent_resource_training"):
-            mine = [j for j in jobs if (j.labels or {}).get("airflow-dag") == dag_id]
+        tasks = dict.fromkeys(((j.labels or {}).get("airflow-dag", ""), (j.labels or {}).get("airflow-task", ""))
+                              for j in reversed(jobs))  # oldest first; a tuning task's jobs are its trials
+        for dag_id, task_id in tasks:
+            mine = [j for j in jobs if (j.labels or {}).get("airflow-dag") == dag_id
+                    and (j.labels or {}).get("airflow-task") == task_id]
             queued = sum(((j.start_time or j.end_time) - j.create_time).total_seconds() for j in mine) / 60
             ran = sum((j.end_time - j.start_time).total_seconds() for j in mine if j.start_time and j.end_time) / 60
             gpus = sum((p.machine_spec.accelerator_count or 0) * p.replicas
                        for j in mine[:1] for _, p in j.job_spec.active_pools())
             strategy = "PERSISTENT_RESOURCE" if mine and mine[0].job_spec.persistent_resource_id else (
                 mine[0].job_spec.strategy.value if mine else "-")
-            task = f"{dag_id}.{mine[0].labels.get('airflow-task', '')}" if mine else dag_id
+            task = f"{dag_id}.{task_id}"
             print(f"  {task:44} {strategy:20} {len(mine):8}  {queued:6.1f} min {ran:6.1f} min {gpus * ran / 60:9.3f}")
 
         resumed = [line for path in sorted((out / "vertex" / "logs").glob("*.log"))
@@ -238,7 +250,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
 
         (out / "timeline.svg").write_text(to_svg(emulator.backend.timeline_rows(), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))
-        print(f"\nnightly_retraining succeeded (and the SPOT and persistent-resource examples) in "
+        print(f"\nnightly_retraining succeeded (and the SPOT, persistent-resource and tuned examples) in "
               f"{time.monotonic() - started:.0f}s of real time")
         print(f"  timeline: {out / 'timeline.svg'}   dashboard snapshot: {out / 'dashboard.html'}")
         print(f"  Airflow logs: {home}/*.log")
