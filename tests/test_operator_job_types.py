@@ -257,3 +257,27 @@ def test_job_type_arguments_on_the_wrong_type_are_rejected_at_parse_time(job_typ
         SpotTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/t:1",
                              job_type=job_type, **A100, **kwargs)
     assert info.value.violations[0].path == field
+
+
+# ---------------------------------------------------------------------------- cancellation
+
+
+@pytest.mark.parametrize("job_type", list(JOB_TYPE_ARGS))
+async def test_a_killed_task_cancels_its_job_whatever_the_job_type(fast_emulator, job_type):
+    """The trigger's on_kill (a user marked the deferred task failed, or cleared it) cancels a
+    tuning job or a pipeline as it does a custom job: the resource name says which API to call."""
+    from airflow_gpu_sched.client import VertexClient
+    from airflow_gpu_sched.job_types import JobOptions, get_job_type, job_type_of
+    from airflow_gpu_sched.triggers import CustomJobTrigger
+
+    op = _operator("SPOT", job_type)
+    kind = get_job_type(job_type)
+    client = VertexClient(location=LOCATION, project=PROJECT, api_endpoint=fast_emulator.url)
+    created = kind.create(client, kind.body(op.build_job(), JobOptions.of(**JOB_TYPE_ARGS[job_type])))
+    assert job_type_of(created.name) is kind
+
+    await CustomJobTrigger(created.name, poll_interval=0.02).on_kill()
+
+    state = kind.view(kind.get(client, created.name)).state.value
+    assert state in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    assert fast_emulator.stats()["requests"].get(f"{kind.collection}.cancel") == 1
