@@ -18,11 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu_sched.models import CustomJob, CustomJobSpec, JobState, VertexModel
+from airflow_gpu_sched.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
 from airflow_gpu_sched.outcomes import event_for_job
 from airflow_gpu_sched.rules import Violation
-
-CUSTOM_TASK_DEFINITION = "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
 
 
 @dataclass(frozen=True)
