@@ -396,3 +396,25 @@ def test_gpu_quota_refuses_creates_over_it(vertex, emulator):
     assert error["status"] == "RESOURCE_EXHAUSTED"
     assert "custom_model_training_preemptible_nvidia_a100_gpus" in error["message"]
     vertex.create(job("STANDARD"))  # the on-demand quota is separate
+
+
+def test_a_stopped_emulator_serves_again_on_the_same_port_with_its_jobs():
+    """EmulatorServer.stop() then start(): an outage (connection refused), then the same
+    emulator back on the same URL with the same state, as the e2e outage scenario needs."""
+    from airflow_gpu_sched.emulator import EmulatorServer
+    from airflow_gpu_sched.emulator.control import EmulatorControl
+
+    with EmulatorServer() as server:
+        control = EmulatorControl(server.url)
+        control.reset({"seed": 1})
+        url = f"{server.url}/v1/projects/p/locations/us-central1/customJobs"
+        body = {"displayName": "j", "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"},
+                "replicaCount": "1", "containerSpec": {"imageUri": "gcr.io/p/i"}}]}}
+        created = requests.post(url, json=body, timeout=10)
+        assert created.status_code == 200, created.text
+        server.stop()
+        with pytest.raises(requests.ConnectionError):
+            requests.get(url, timeout=5)
+        server.start()
+        listed = requests.get(url, timeout=10).json()["customJobs"]
+        assert [j["name"] for j in listed] == [created.json()["name"]]

@@ -35,16 +35,23 @@ class EmulatorServer:
         if not allow_remote and not is_loopback_host(host):
             raise ValueError(f"the emulator serves loopback only; pass allow_remote=True to bind {host}")
         self.backend = Backend(scenario)
+        self._app = create_app(self.backend)
         self._socket = _bind(host, port)
-        bound_host, bound_port = self._socket.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        self.url = f"http://{shown}:{bound_port}"
-        config = uvicorn.Config(create_app(self.backend), log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=30)
-        self._server = uvicorn.Server(config)
+        self.host, self.port = self._socket.getsockname()[:2]
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{shown}:{self.port}"
+        self._server = self._uvicorn()
         self._thread: threading.Thread | None = None
 
+    def _uvicorn(self) -> uvicorn.Server:
+        config = uvicorn.Config(self._app, log_level="warning", access_log=False,
+                                lifespan="off", timeout_keep_alive=30)
+        return uvicorn.Server(config)
+
     def start(self) -> EmulatorServer:
+        if self._socket.fileno() == -1:  # stopped before: serve again on the same port, same state
+            self._socket = _bind(self.host, self.port)
+            self._server = self._uvicorn()
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
                                         name="vertex-emulator", daemon=True)
         self._thread.start()

@@ -7,15 +7,18 @@ against what Airflow says.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
-from tests.e2e.harness import AirflowDeployment, PostgresCluster, pg_available
+from tests.e2e.harness import AirflowDeployment, PostgresCluster, _descendants, pg_available
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +42,7 @@ def deployment(tmp_path_factory):
         env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn)}
         with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
             airflow.emulator = EmulatorControl(emulator.url)
+            airflow.emulator_server = emulator  # scenario 5 stops and restarts it
             yield airflow
 
 
@@ -173,3 +177,90 @@ def test_a_deferred_task_cleared_cancels_its_job(airflow):
         assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
         time.sleep(0.5)
     assert airflow.emulator.stats()["cancels"] == 1
+
+
+def _task_logs(airflow: AirflowDeployment, dag_id: str, run_id: str) -> str:
+    """Every log file of the run's tasks (worker tries and trigger logs)."""
+    root = airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    return "".join(p.read_text(errors="replace") for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
+    """Scenario 3: the task process is SIGKILLed after its job was created and before it
+    deferred; the Airflow retry finds the job in the ledger and waits for it: one job in total."""
+    dag_id = "e2e_worker_crash"
+    airflow.emulator.reset({**FAST, "queueSeconds": 1000})  # 10 s real: still queued when try 2 starts
+    run_id = airflow.trigger(dag_id)
+    marker = airflow.home / "e2e-markers" / f"{run_id}.pid"
+    deadline = time.monotonic() + 120
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.logs()[-20000:]}"
+        time.sleep(0.2)
+    pid_text, job_name = marker.read_text().split()
+    pid = int(pid_text)
+    # it is a process of the deployment's LocalExecutor (under the scheduler), not some stranger
+    assert pid in _descendants(airflow.procs["scheduler"].pid)
+    jobs = _jobs(airflow.emulator)
+    assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
+    assert {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]["state"] == "running"
+    os.kill(pid, signal.SIGKILL)
+    state = airflow.wait(dag_id, run_id, timeout=180)
+    assert state == "success", airflow.logs()[-20000:]
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["try_number"] == 2, ti  # try 1 died, try 2 finished the job
+    jobs = _jobs(airflow.emulator)
+    assert [j["name"] for j in jobs] == [job_name], jobs  # re-attached: no second create
+    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
+    stats = airflow.emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 0, stats
+    assert f"re-attaching to {job_name}" in _task_logs(airflow, dag_id, run_id)
+
+
+OUTAGE_DAG, OUTAGE_WINDOW, OUTAGE_POLL = "e2e_outage", 20.0, 1.0  # as in dags/e2e_outage.py
+
+
+def _utc(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def test_vertex_down_longer_than_the_window_fails_the_task_after_the_window(airflow):
+    """Scenario 5a: the emulator is down past the 20 s transient-error window: the deferred
+    task fails with "Vertex AI unreachable", and not before the window has passed."""
+    airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # the job waits for GPUs for ever
+    run_id = airflow.trigger(OUTAGE_DAG)
+    airflow.wait_task_state(OUTAGE_DAG, run_id, "train", {"deferred"}, timeout=120)
+    time.sleep(2)  # the trigger has polled successfully at least once
+    down_at = datetime.now(timezone.utc)
+    airflow.emulator_server.stop()
+    try:
+        state = airflow.wait(OUTAGE_DAG, run_id, timeout=OUTAGE_WINDOW + 60)
+    finally:
+        airflow.emulator_server.start()
+    ti = {t["task_id"]: t for t in airflow.task_instances(OUTAGE_DAG, run_id)}["train"]
+    assert state == "failed" and ti["state"] == "failed", (state, ti)
+    # The window counts from the last good poll, at most one poll interval before the outage.
+    assert (_utc(ti["end_date"]) - down_at).total_seconds() >= OUTAGE_WINDOW - OUTAGE_POLL - 0.5, (down_at, ti)
+    logs = _task_logs(airflow, OUTAGE_DAG, run_id)
+    assert "VertexUnreachable" in logs and "Vertex AI unreachable" in logs, logs[-5000:]
+    assert f"transient-error window {OUTAGE_WINDOW:.0f}s" in logs, logs[-5000:]
+    assert airflow.emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+
+
+def test_vertex_down_shorter_than_the_window_the_task_carries_on(airflow):
+    """Scenario 5b: an 8 s outage (window 20 s) while the task is deferred: it succeeds, one job."""
+    airflow.emulator.reset({**FAST, "queueSeconds": 500})  # 5 s real of waiting for GPUs
+    run_id = airflow.trigger(OUTAGE_DAG)
+    airflow.wait_task_state(OUTAGE_DAG, run_id, "train", {"deferred"}, timeout=120)
+    time.sleep(1)
+    airflow.emulator_server.stop()
+    try:
+        time.sleep(8)
+        assert airflow.run_state(OUTAGE_DAG, run_id) == "running"  # still inside the window
+    finally:
+        airflow.emulator_server.start()
+    state = airflow.wait(OUTAGE_DAG, run_id, timeout=120)
+    assert state == "success", airflow.logs()[-20000:]
+    jobs = _jobs(airflow.emulator)
+    assert [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"], jobs
+    assert airflow.emulator.stats()["cancels"] == 0
+    assert "connect error" in _task_logs(airflow, OUTAGE_DAG, run_id)  # the trigger did see the outage

@@ -1,0 +1,46 @@
+"""e2e_worker_crash: a training task whose first try stops right after its job was created.
+
+Test-only hook (here, not in product code): on try 1 the operator writes its process id to
+``$AIRFLOW_HOME/e2e-markers/<run_id>.pid`` after ``submit`` returned, then sleeps instead of
+deferring, so the test can SIGKILL exactly that process in the window between create and defer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.sdk import DAG
+
+from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+
+class StallAfterSubmit(FlexStartTrainingOperator):
+    def submit(self, context, ledger, *args, **kwargs):
+        name = super().submit(context, ledger, *args, **kwargs)
+        if context["ti"].try_number == 1:
+            markers = Path(os.environ["AIRFLOW_HOME"]) / "e2e-markers"
+            markers.mkdir(exist_ok=True)
+            (markers / f"{context['run_id']}.pid").write_text(f"{os.getpid()} {name}")
+            time.sleep(600)  # the test kills us here: the job exists, the task has not deferred
+        return name
+
+
+with DAG(dag_id="e2e_worker_crash", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"]):
+    StallAfterSubmit(
+        task_id="train",
+        project_id="e2e-project",
+        location="us-central1",
+        display_name="e2e-worker-crash",
+        image_uri="us-docker.pkg.dev/e2e-project/training/trainer:latest",
+        env={"EMULATOR_RUN_SECONDS": "60"},
+        machine_type="a2-highgpu-1g",
+        accelerator_type="NVIDIA_TESLA_A100",
+        accelerator_count=1,
+        max_wait_duration="1h",
+        poll_interval=1,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+    )
