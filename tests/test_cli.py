@@ -71,6 +71,26 @@ def test_emulator_refuses_a_non_loopback_host_unless_asked():
     result = subprocess.run([*CLI, "emulator", "--host", "0.0.0.0", "--port", "0"], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2 and "loopback only" in result.stderr
+    assert "no authentication" in result.stderr and "--allow-remote" in result.stderr  # says why, and how
+
+
+def test_emulator_binds_a_non_loopback_host_when_told_explicitly():
+    process = subprocess.Popen([*CLI, "emulator", "--host", "0.0.0.0", "--port", "0", "--allow-remote"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert first.startswith("Vertex AI emulator listening on http://0.0.0.0:"), first + process.stderr.read()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_emulator_server_refuses_a_non_loopback_host_unless_asked():
+    from airflow_gpu_sched.emulator import EmulatorServer
+
+    with pytest.raises(ValueError, match="loopback only: it has no authentication"):
+        EmulatorServer(host="0.0.0.0")
+    EmulatorServer(host="0.0.0.0", allow_remote=True).stop()  # told explicitly: binds
 
 
 def test_demo_runs_each_strategy_to_success():

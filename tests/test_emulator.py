@@ -7,6 +7,7 @@ document (``tests/conformance.py``), so the emulator cannot drift from Google's 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import requests
@@ -418,3 +419,23 @@ def test_a_stopped_emulator_serves_again_on_the_same_port_with_its_jobs():
         server.start()
         listed = requests.get(url, timeout=10).json()["customJobs"]
         assert [j["name"] for j in listed] == [created.json()["name"]]
+
+
+def test_the_emulator_issues_a_token_and_counts_requests_that_carry_it(emulator, parent):
+    """The OAuth token endpoint stand-in and the Authorization check the security e2e test
+    relies on: counted, never echoed; 401 when a token is required and missing or revoked."""
+    emulator.set_auth("planted-token-123", require_token=True)
+    token = requests.post(f"{emulator.url}/token", data={"grant_type": "x"}, timeout=10).json()
+    assert token["access_token"] == "planted-token-123" and token["token_type"] == "Bearer"
+    url = f"{emulator.url}/v1/{parent}/customJobs"
+    assert requests.get(url, timeout=10).status_code == 401
+    wrong = requests.get(url, headers={"Authorization": "Bearer nope"}, timeout=10)
+    assert wrong.status_code == 401 and "nope" not in wrong.text
+    assert requests.get(url, headers={"Authorization": "Bearer planted-token-123"}, timeout=10).status_code == 200
+    emulator.set_auth("planted-token-123", reject_tokens=True)
+    assert requests.get(url, headers={"Authorization": "Bearer planted-token-123"}, timeout=10).status_code == 401
+    stats = emulator.stats()
+    assert stats["tokensIssued"] == 1 and stats["authorizedRequests"] == 2 and stats["unknownAuthorization"] == 1
+    assert "planted-token-123" not in json.dumps(stats)
+    emulator.reset()
+    assert requests.get(url, timeout=10).status_code == 200  # a reset drops the requirement

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 
@@ -163,6 +164,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     app = FastAPI(title="airflow-gpu-sched Vertex AI emulator", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.backend = backend
+    auth = app.state.auth = TokenIssuer()
 
     async def vertex(request: Request, path: str) -> Response:
         found = match_route(request.method, path)
@@ -170,6 +172,12 @@ def create_app(backend: Backend | None = None) -> FastAPI:
             return _error(ApiError("NOT_FOUND", f"{request.method} /v1/{path} is not a method the emulator serves."))
         rpc, args = found
         backend.count(rpc)
+        kind = auth.classify(request.headers.get("authorization"))
+        if kind:
+            backend.stats[kind] = backend.stats.get(kind, 0) + 1
+        refusal = auth.refusal(kind)
+        if refusal:
+            return _error(ApiError("UNAUTHENTICATED", refusal))
         faults = backend.faults
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)
@@ -193,6 +201,14 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     app.add_api_route("/v1/{path:path}", vertex, methods=["GET", "POST", "DELETE", "PATCH"],
                       include_in_schema=False)
 
+    async def token(request: Request) -> Response:
+        # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT
+        # assertion is not checked: the emulator only hands out its one token)
+        backend.stats["tokensIssued"] = backend.stats.get("tokensIssued", 0) + 1
+        return _json(auth.token_response())
+
+    app.add_api_route("/token", token, methods=["POST"], include_in_schema=False)
+
     # ---------------------------------------------------------------- control API
     def control(method: str, path: str) -> Callable:
         def register(func: Callable[..., Awaitable[Any]]) -> Callable:
@@ -212,6 +228,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     async def reset(request: Request) -> dict:
         body = await _body(request)
         backend.reset(Scenario.model_validate(body) if body else None)
+        auth.configure({})  # a reset emulator accepts requests without a token again
         return {}
 
     @control("POST", "capacity")
@@ -245,6 +262,10 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     async def faults(request: Request) -> dict:
         backend.faults = Faults.model_validate(await _body(request))
         return backend.faults.model_dump(by_alias=True)
+
+    @control("POST", "auth")
+    async def auth_settings(request: Request) -> dict:
+        return auth.configure(await _body(request))
 
     @control("GET", "stats")
     async def stats(request: Request) -> dict:

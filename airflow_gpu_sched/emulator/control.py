@@ -72,6 +72,13 @@ class EmulatorControl:
         ``backingCustomJob``) state changes."""
         return self._call("GET", f"{job_name}:history")
 
+    def set_auth(self, access_token: str | None = None, require_token: bool = False,
+                 reject_tokens: bool = False) -> dict:
+        """The token ``POST /token`` hands out; 401 for Vertex requests without it
+        (``require_token``) or for every one (``reject_tokens``)."""
+        return self._call("POST", "auth", {"accessToken": access_token, "requireToken": require_token,
+                                           "rejectTokens": reject_tokens})
+
     def stats(self) -> dict:
         return self._call("GET", "stats")
 

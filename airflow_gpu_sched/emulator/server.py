@@ -31,21 +31,25 @@ class EmulatorServer:
     """
 
     def __init__(self, scenario: Scenario | None = None, host: str = "127.0.0.1", port: int = 0,
-                 allow_remote: bool = False):
+                 allow_remote: bool = False, ssl_certfile: str | None = None,
+                 ssl_keyfile: str | None = None):
         if not allow_remote and not is_loopback_host(host):
-            raise ValueError(f"the emulator serves loopback only; pass allow_remote=True to bind {host}")
+            raise ValueError(f"the emulator serves loopback only: it has no authentication, so anyone who can "
+                             f"reach it can create and cancel its jobs and read their specs. Pass "
+                             f"allow_remote=True (CLI: --allow-remote) to bind {host} anyway")
+        self._ssl = {"ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile} if ssl_certfile else {}
         self.backend = Backend(scenario)
         self._app = create_app(self.backend)
         self._socket = _bind(host, port)
         self.host, self.port = self._socket.getsockname()[:2]
         shown = f"[{self.host}]" if ":" in self.host else self.host
-        self.url = f"http://{shown}:{self.port}"
+        self.url = f"{'https' if self._ssl else 'http'}://{shown}:{self.port}"
         self._server = self._uvicorn()
         self._thread: threading.Thread | None = None
 
     def _uvicorn(self) -> uvicorn.Server:
         config = uvicorn.Config(self._app, log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=30)
+                                lifespan="off", timeout_keep_alive=30, **self._ssl)
         return uvicorn.Server(config)
 
     def start(self) -> EmulatorServer:
