@@ -4,6 +4,7 @@ The store is scoped to (dag, run, task, map index) and survives retries, worker 
 clears. The ledger holds one "training run" of the task:
 
     {"run": <uuid>, "submission_key": <uuid hex>, "job_name": <name or null>,
+     "job_try": <the try that submitted that job, or null>,
      "attempts": [<finished attempt records>], "preemptions": n, "completed": false,
      "position": <index into the plan's (step, region) order>, "waiting_since": <when a
      capacity wait began, or null>}
@@ -82,8 +83,13 @@ class SubmissionLedger:
         self.save()
         return key
 
-    def record_job(self, job_name: str) -> None:
-        self.data["job_name"] = job_name
+    @property
+    def job_try(self) -> int | None:
+        """The try that submitted the current job (None: unknown, e.g. found by its label)."""
+        return self.data.get("job_try")
+
+    def record_job(self, job_name: str, try_number: int | None = None) -> None:
+        self.data.update(job_name=job_name, job_try=try_number)
         self.save()
 
     def finish_attempt(self, record: dict[str, Any], preemptions: int = 0, completed: bool = False) -> None:

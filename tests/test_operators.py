@@ -19,6 +19,7 @@ from airflow_gpu_sched.errors import (
     PersistentCapacityTimeout,
     PersistentResourceUnavailable,
     PreemptionBudgetExhausted,
+    TrainingJobCancelled,
     TrainingJobFailed,
     VertexUnreachable,
 )
@@ -170,6 +171,53 @@ def test_a_try_after_its_job_was_cancelled_trains_anew(fast_emulator):
     result = flex().execute(context(store))
     assert [a["state"] for a in result["attempts"]] == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"]
     assert result["job_name"] != job.name and fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 2}
+
+
+class _Ti:
+    """What the operator uses of Airflow's task instance: the try number, XCom pushes."""
+
+    def __init__(self, try_number: int):
+        self.try_number, self.map_index = try_number, -1
+
+    def xcom_push(self, key, value):
+        pass
+
+
+def _cancel_first_job_soon(op, delay: float = 0.3):
+    """What the earlier try's trigger (on_kill) does, from another thread, a moment later."""
+    import threading
+
+    def cancel():
+        time.sleep(delay)
+        job = next(iter(op.client().list_custom_jobs()))
+        op.client().cancel_custom_job(job.name)
+
+    thread = threading.Thread(target=cancel)
+    thread.start()
+    return thread
+
+
+def test_a_cancel_by_the_cleared_earlier_try_landing_after_this_try_re_attached_trains_anew(fast_emulator):
+    """A cleared deferred task: the next try can re-attach before the earlier try's trigger
+    (on_kill) cancels the job; that cancel must not fail the new try: it submits a new job."""
+    op = flex(env={"EMULATOR_RUN_SECONDS": "300"})  # 3 s real: the cancel lands while it runs
+    job = op.client().create_custom_job(op.build_job())
+    store = _recorded(Store(), job.name)
+    store.data[LEDGER_KEY]["job_try"] = 1  # try 1 submitted it, then was cleared while deferred
+    canceller = _cancel_first_job_soon(op)
+    result = op.execute({"task_state_store": store, "ti": _Ti(2)})
+    canceller.join()
+    assert [a["state"] for a in result["attempts"]] == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"]
+    assert result["job_name"] != job.name and fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 2}
+
+
+def test_a_job_cancelled_outside_airflow_while_its_own_try_waits_fails_the_task(fast_emulator):
+    op = flex(env={"EMULATOR_RUN_SECONDS": "300"})
+    canceller = _cancel_first_job_soon(op)
+    with pytest.raises(TrainingJobCancelled, match="cancelled outside this task"):
+        op.execute({"task_state_store": Store(), "ti": _Ti(1)})
+    canceller.join()
+    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
 def test_clearing_a_task_that_succeeded_starts_a_new_training_run(fast_emulator):

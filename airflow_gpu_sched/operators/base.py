@@ -550,7 +550,7 @@ class VertexTrainingOperator(BaseOperator):
                     raise
                 self.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again",
                                  job.display_name, exc)
-        ledger.record_job(created.name)
+        ledger.record_job(created.name, _try_number(context))
         self._job_name = created.name
         ti = context.get("ti")
         if ti is not None:
@@ -576,6 +576,7 @@ class VertexTrainingOperator(BaseOperator):
     def on_job_event(self, context: Context, event: Any) -> Any:
         kind, event = validate_event(event, JOB_EVENTS)
         ledger = SubmissionLedger.from_context(context)
+        reattached = ledger.job_try != _try_number(context)  # waiting on a job an earlier try submitted
         if kind is Event.ERROR:
             raise VertexUnreachable(event.get("message") or "Vertex AI unreachable", event.get("job_name"))
         job_kind = job_type_of(event["job"]["name"])
@@ -596,6 +597,12 @@ class VertexTrainingOperator(BaseOperator):
             return self.result(ledger, job_kind.outputs(resource))
         message = job.error.message if job.error else None
         if kind is Event.CANCELLED:
+            if reattached:
+                # A user cleared the deferred earlier try: its trigger's on_kill cancels the job, and
+                # that cancel can land after this try re-attached to it. Train anew, as _execute does.
+                self.log.info("the earlier try's job %s was cancelled after this try re-attached: "
+                              "submitting a new one", job.name)
+                return self.start(context, ledger)
             raise TrainingJobCancelled("the job was cancelled outside this task", job.name, message)
         if kind is Event.FAILED:
             raise TrainingJobFailed("the training job failed (not a capacity problem: not resubmitted)",
@@ -684,6 +691,10 @@ def _json_arg(name: str, text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise InvalidTrainingSpec([Violation(name, f"must be a JSON object once rendered ({exc})")]) from None
+
+
+def _try_number(context: Context) -> int | None:
+    return getattr(context.get("ti"), "try_number", None)
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:

@@ -165,6 +165,8 @@ def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
 
 
 def test_a_deferred_task_cleared_cancels_its_job(airflow):
+    """Scenario 4b: clearing a deferred task cancels its job (the trigger's on_kill), and the
+    rerun trains anew: a second job, even when the rerun re-attached before the cancel landed."""
     airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # jobs wait for GPUs for ever
     run_id = airflow.trigger(DAG_ID)
     airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
@@ -177,6 +179,21 @@ def test_a_deferred_task_cleared_cancels_its_job(airflow):
         assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
         time.sleep(0.5)
     assert airflow.emulator.stats()["cancels"] == 1
+    # The rerun (try 2) starts within a second or two of the clear, often before the cancel
+    # lands, and re-attaches to the job; the late cancel must make it submit a new one.
+    deadline = time.monotonic() + 60
+    while len(_jobs(airflow.emulator)) < 2:
+        ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
+        assert ti["state"] not in ("failed", "success") and time.monotonic() < deadline, \
+            f"no second job: {ti}\n{airflow.logs()[-20000:]}"
+        time.sleep(0.5)
+    first, second = sorted(_jobs(airflow.emulator), key=lambda j: j["name"])
+    assert first["state"] == "JOB_STATE_CANCELLED" and second["state"] == "JOB_STATE_QUEUED"
+    assert first["labels"]["gpu-sched-submission"] != second["labels"]["gpu-sched-submission"]
+    assert airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=60) == "deferred"
+    ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
+    assert ti["try_number"] == 2, ti
+    airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
 
 
 def _task_logs(airflow: AirflowDeployment, dag_id: str, run_id: str) -> str:
