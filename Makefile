@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
 PIP_VERSION := 24.3.1
 
-.PHONY: bootstrap demo test emulator bench
+.PHONY: bootstrap demo test emulator bench reliability
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# docs/reliability.md: runs the deployed scenarios, security checks and bad-input catalogue
+reliability: $(STAMP)
+	$(BIN)/python tests/reliability_report.py
 
 emulator: $(STAMP)
 	$(BIN)/airflow-gpu-sched emulator

@@ -71,6 +71,7 @@ def _check_one_succeeded_job(airflow: AirflowDeployment, run_id: str, state: str
 
 
 def test_flex_start_training_succeeds(airflow):
+    """Baseline: a FLEX_START training DAG run succeeds on the first try; one job, no cancel."""
     run_id = airflow.trigger(DAG_ID)
     state = airflow.wait(DAG_ID, run_id, timeout=180)
     _check_one_succeeded_job(airflow, run_id, state)
@@ -78,6 +79,8 @@ def test_flex_start_training_succeeds(airflow):
 
 
 def test_triggerer_killed_while_deferred(airflow):
+    """Scenario 2: the triggerer is SIGKILLed while the task is deferred (its job queued) and
+    restarted: the task completes on try 1; one job, none cancelled."""
     # a 25-minute emulated queue (15 s real at 100x): the kill lands while the job waits for GPUs
     airflow.emulator.reset({**FAST, "queueSeconds": 1500})
     run_id = airflow.trigger(DAG_ID)
@@ -96,6 +99,8 @@ def test_triggerer_killed_while_deferred(airflow):
 
 
 def test_a_deferred_task_marked_failed_cancels_its_job(airflow):
+    """Scenario 4a: a deferred task marked failed from the REST API: its job is cancelled
+    (CANCELLING/CANCELLED within 30 s, a few poll intervals); exactly one cancel."""
     airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # the job waits for GPUs for ever
     run_id = airflow.trigger(DAG_ID)
     airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
@@ -111,6 +116,8 @@ def test_a_deferred_task_marked_failed_cancels_its_job(airflow):
 
 
 def test_api_faults_and_lost_responses_still_make_one_job_per_run(airflow):
+    """Scenario 1: 20 % of API responses are 429/503 with added latency, half of the 503s after
+    the work was done (lost responses): 3 runs succeed with exactly one job each."""
     # 20 % of Vertex responses are 429/503 with added latency; half of those come after the
     # request was carried out (a lost response: an ambiguous create that did make its job).
     airflow.emulator.set_faults(error_rate=0.2, status_codes=[429, 503], latency_seconds=0.02,
@@ -128,6 +135,8 @@ def test_api_faults_and_lost_responses_still_make_one_job_per_run(airflow):
 
 
 def test_fifty_mapped_training_tasks_wait_at_once_and_all_complete(airflow):
+    """Scenario 6: 50 mapped training tasks wait at once in one triggerer and all complete:
+    50 jobs, one per map index, all SUCCEEDED; the shared poller keeps GETs under 500."""
     airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s of real waiting: all of them defer meanwhile
     airflow.wait_dag("e2e_mapped")
     run_id = airflow.trigger("e2e_mapped")
@@ -150,6 +159,8 @@ def _jobs_all(emulator: EmulatorControl) -> list[dict]:
 
 
 def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
+    """Scenario 7: two triggerers running, 4 runs: all succeed, one job per run, no cancel,
+    both triggerers still alive."""
     airflow.start("triggerer#2")
     try:
         airflow.emulator.reset({**FAST, "queueSeconds": 500})  # 5 s of waiting: every task is deferred
