@@ -61,7 +61,7 @@ def _catalogue(path: Path) -> dict[str, str]:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CATALOGUE" for t in node.targets):
             for case in node.value.elts:
                 case_id, _, field, words = (getattr(e, "value", None) for e in case.elts)
-                found[case_id] = f"names `{field}`, says “{words}”"
+                found[case_id] = f"rejected before any API call; the message names `{field}` and says “{words}”"
     return found
 
 
