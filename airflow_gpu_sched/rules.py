@@ -545,13 +545,19 @@ _COUNT_ARGS = {"maxTrialCount": "max_trial_count", "parallelTrialCount": "parall
                "maxFailedTrialCount": "max_failed_trial_count"}
 
 
+def _with_argument_names(rule: str) -> str:
+    for wire, argument in _COUNT_ARGS.items():
+        rule = rule.replace(wire, argument)
+    return rule
+
+
 def check_tuning_options(study_spec: StudySpec | dict | None, max_trial_count: int | None,
                          parallel_trial_count: int | None,
                          max_failed_trial_count: int | None = None) -> list[Violation]:
     """The tuning rules of :func:`check_tuning_job`, for operator arguments: paths name the
     argument (``study_spec.metrics[0].goal``, ``parallel_trial_count``). ``parallel_trial_count``
     None means 1."""
-    found = [Violation(_COUNT_ARGS.get(v.path, v.path), v.rule)
+    found = [Violation(_COUNT_ARGS.get(v.path, v.path), _with_argument_names(v.rule))
              for v in check_tuning_counts(max_trial_count, 1 if parallel_trial_count is None else parallel_trial_count,
                                           max_failed_trial_count)]
     if study_spec is None:

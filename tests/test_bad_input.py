@@ -57,6 +57,8 @@ def rendered(op, **attrs):
     return op
 
 
+STUDY = {"metrics": [{"metricId": "accuracy", "goal": "MAXIMIZE"}],
+         "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.1}}]}
 H100 = {"machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8}}
 
 # (id, factory, field named, words of the rule)
@@ -130,6 +132,28 @@ CATALOGUE = [
     ("pools-and-shorthand-both", lambda: SpotTrainingOperator(task_id="t", worker_pool_specs=[POOL], **BASE, **A100),
      "worker_pool_specs", "not both"),
     ("env-not-a-mapping", lambda: spot(env=["A=1"]), "env", "mapping"),
+    ("tuning-parallel-trials-over-max", lambda: spot(job_type="hyperparameter_tuning_job", study_spec=STUDY,
+                                                     max_trial_count=2, parallel_trial_count=4),
+     "parallel_trial_count", "must not exceed max_trial_count"),
+    ("tuning-without-metrics", lambda: spot(job_type="hyperparameter_tuning_job", max_trial_count=2,
+                                            study_spec={**STUDY, "metrics": []}), "study_spec.metrics",
+     "at least one metric"),
+    ("tuning-goal-unknown", lambda: spot(job_type="hyperparameter_tuning_job", max_trial_count=2, study_spec={
+        **STUDY, "metrics": [{"metricId": "accuracy", "goal": "BIGGER"}]}), "study_spec.metrics[0].goal",
+     "MAXIMIZE or MINIMIZE"),
+    ("tuning-range-upside-down", lambda: spot(job_type="hyperparameter_tuning_job", max_trial_count=2, study_spec={
+        **STUDY, "parameters": [{"parameterId": "lr", "doubleValueSpec": {"minValue": 0.1, "maxValue": 0.01}}]}),
+     "study_spec.parameters[0].doubleValueSpec.minValue", "must not exceed maxValue"),
+    ("tuning-study-renders-non-json", lambda: rendered(spot(
+        job_type="hyperparameter_tuning_job", max_trial_count=2, study_spec="{{ var.value.study }}"),
+        study_spec="{metrics:"), "study_spec", "JSON"),
+    ("study-spec-on-a-custom-job", lambda: spot(study_spec=STUDY), "study_spec", "applies to job_type"),
+    ("pipeline-without-serving-image", lambda: spot(job_type="training_pipeline", model_display_name="m"),
+     "model_serving_image_uri", "required"),
+    ("pipeline-parent-model-not-a-name", lambda: spot(job_type="training_pipeline", model_display_name="m",
+                                                      model_serving_image_uri="gcr.io/p/serve:1",
+                                                      parent_model="models/1"), "parent_model", "resource name"),
+    ("unknown-job-type", lambda: spot(job_type="automl"), "job_type", "must be one of"),
     ("deadline-of-the-wrong-type", lambda: GpuTrainingOperator(task_id="t", plan=[{"strategy": "STANDARD"}],
                                                                deadline="tomorrow", **BASE, **A100),
      "deadline", "datetime or a timedelta"),
@@ -143,7 +167,7 @@ def test_bad_input_is_rejected_before_any_api_call(fast_emulator, factory, field
         factory().execute({})  # parse time for literal values; after rendering for templated ones
     message = str(raised.value)
     assert field in message and words in message, message
-    assert fast_emulator.stats()["requests"].get("customJobs.create", 0) == 0
+    assert not [rpc for rpc in fast_emulator.stats()["requests"] if rpc.endswith(".create")]  # of any job type
 
 
 def test_the_catalogue_is_large_enough():
