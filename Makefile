@@ -32,3 +32,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/triggerer_scale.py --jobs 1000 --interval 10
 	$(BIN)/python benchmarks/import_cost.py
 	$(BIN)/python benchmarks/emulator_throughput.py
+	$(BIN)/python benchmarks/api_calls_per_task.py

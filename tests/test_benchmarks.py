@@ -33,3 +33,13 @@ def test_emulator_throughput_reports_rates():
 def test_import_cost_reports_the_operators_over_airflow_sdk():
     figures = _run("import_cost.py", "--runs", "1")
     assert set(figures) == {"runs", "airflow_sdk_ms", "operators_over_sdk_ms", "ratio_to_sdk"}
+
+
+def test_api_calls_per_task_reports_each_job_type_with_and_without_the_preflight():
+    figures = _run("api_calls_per_task.py")
+    assert set(figures) == {f"{t}{p}" for t in ("custom_job", "hyperparameter_tuning_job", "training_pipeline")
+                            for p in ("", "+preflight")}
+    for job_type in ("custom_job", "hyperparameter_tuning_job", "training_pipeline"):
+        with_preflight, without = figures[f"{job_type}+preflight"], figures[job_type]
+        assert with_preflight["per_rpc"].get("quotaInfos.list") == 1 and "quotaInfos.list" not in without["per_rpc"]
+        assert with_preflight["calls"] == without["calls"] + 1
