@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
 import pytest
 
 from airflow_gpu_sched.emulator import EmulatorServer
@@ -43,13 +44,19 @@ def deployment(tmp_path_factory):
         with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
             airflow.emulator = EmulatorControl(emulator.url)
             airflow.emulator_server = emulator  # scenario 5 stops and restarts it
+            airflow.expected_heartbeat_timeouts = set()  # run ids: scenario 3b kills a supervisor
             yield airflow
 
 
 @pytest.fixture
 def airflow(deployment):
     deployment.emulator.reset(FAST)
-    return deployment
+    yield deployment
+    # The deployment fails a task on a missing heartbeat after 15 s (tests/e2e/harness.py): only
+    # scenario 3b may ever trip it, not a live task nor a deferred one (which does not heartbeat).
+    events = deployment.api("GET", "eventLogs", params={"event": "heartbeat timeout", "limit": 100})
+    unexpected = [e for e in events["event_logs"] if e["run_id"] not in deployment.expected_heartbeat_timeouts]
+    assert not unexpected, unexpected
 
 
 def _jobs(emulator: EmulatorControl) -> list[dict]:
@@ -242,6 +249,72 @@ def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
     stats = airflow.emulator.stats()
     assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 0, stats
     assert f"re-attaching to {job_name}" in _task_logs(airflow, dag_id, run_id)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE  # a zombie is dead, unreaped
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflow):
+    """Scenario 3b: the task's supervisor (the LocalExecutor worker) and its task process are
+    SIGKILLed together after the job was created and before the task deferred; nothing reports
+    the death, the scheduler fails try 1 on its missing heartbeat (15 s timeout) and the retry
+    re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
+    dag_id = "e2e_worker_crash"
+    airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real: still queued when try 2 starts
+    run_id = airflow.trigger(dag_id)
+    marker = airflow.home / "e2e-markers" / f"{run_id}.pid"
+    deadline = time.monotonic() + 120
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.logs()[-20000:]}"
+        time.sleep(0.2)
+    pid_text, job_name = marker.read_text().split()
+    task = psutil.Process(int(pid_text))
+    supervisor = task.parent()
+    # the supervisor is a LocalExecutor worker forked by the scheduler (it runs the task runner
+    # in-process and forks the task into a process group of its own), not some stranger
+    assert supervisor.ppid() == airflow.procs["scheduler"].pid, (supervisor, supervisor.cmdline())
+    assert "LocalExecutor" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+    assert os.getpgid(task.pid) == task.pid != os.getpgid(supervisor.pid)
+    jobs = _jobs(airflow.emulator)
+    assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
+    assert {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]["state"] == "running"
+    # the supervisor first, so it cannot report its child's death, then the task's process group
+    airflow.expected_heartbeat_timeouts.add(run_id)
+    supervisor.kill()
+    os.killpg(task.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    psutil.wait_procs([supervisor, task], timeout=5)
+    assert not _alive(supervisor) and not _alive(task)
+    time.sleep(5)
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["state"] == "running" and ti["try_number"] == 1, ti  # nobody told Airflow
+    while ti["try_number"] == 1 and ti["state"] == "running":
+        assert time.monotonic() - killed_at < 40, f"no heartbeat timeout: {ti}\n{airflow.logs()[-20000:]}"
+        time.sleep(0.5)
+        ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    detected_after = time.monotonic() - killed_at
+    state = airflow.wait(dag_id, run_id, timeout=120)
+    assert state == "success", airflow.logs()[-20000:]
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["state"] == "success" and ti["try_number"] == 2, ti  # try 1 timed out, try 2 finished the job
+    events = airflow.api("GET", "eventLogs", params={"dag_id": dag_id, "run_id": run_id,
+                                                     "event": "heartbeat timeout"})["event_logs"]
+    # try 1 only: try 2 sat deferred longer than the 15 s timeout and was left alone
+    assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], (events, detected_after)
+    assert detected_after < 30, detected_after  # 15 s timeout + 2 s detection interval + slack
+    jobs = _jobs(airflow.emulator)
+    assert [j["name"] for j in jobs] == [job_name], jobs  # re-attached: no second create
+    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
+    stats = airflow.emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 0, stats
+    retry_log = "".join(p.read_text(errors="replace") for p in
+                        (airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}").rglob("attempt=2*")
+                        if p.is_file())
+    assert f"re-attaching to {job_name}" in retry_log, retry_log[-5000:]
 
 
 OUTAGE_DAG, OUTAGE_WINDOW, OUTAGE_POLL = "e2e_outage", 20.0, 1.0  # as in dags/e2e_outage.py
