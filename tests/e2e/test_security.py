@@ -88,7 +88,7 @@ def secured(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e-security")
     dags = root / "dags"
     dags.mkdir()
-    for name in ("e2e_security.py", "e2e_security_masking.py"):
+    for name in ("_e2e_task.py", "e2e_security.py", "e2e_security_masking.py"):
         shutil.copy(DAGS / name, dags)
     certfile, keyfile = _loopback_tls(root)
     # whatever the in-process emulator (and uvicorn) logs, at every level, goes to this file

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
+from _e2e_task import E2E_TRAINING
 from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
 TRANSIENT_ERROR_WINDOW = 20
@@ -14,16 +15,9 @@ TRANSIENT_ERROR_WINDOW = 20
 with DAG(dag_id="e2e_outage", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"]):
     FlexStartTrainingOperator(
         task_id="train",
-        project_id="e2e-project",
-        location="us-central1",
         display_name="e2e-outage",
-        image_uri="us-docker.pkg.dev/e2e-project/training/trainer:latest",
         env={"EMULATOR_RUN_SECONDS": "60"},
-        machine_type="a2-highgpu-1g",
-        accelerator_type="NVIDIA_TESLA_A100",
-        accelerator_count=1,
-        max_wait_duration="1h",
-        poll_interval=1,
         transient_error_window=TRANSIENT_ERROR_WINDOW,
         retries=0,
+        **E2E_TRAINING,
     )

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
+from _e2e_task import E2E_TRAINING
 from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
 with DAG(
@@ -17,17 +18,10 @@ with DAG(
 ):
     FlexStartTrainingOperator(
         task_id="train",
-        project_id="e2e-project",
-        location="us-central1",
         display_name="e2e-training",
-        image_uri="us-docker.pkg.dev/e2e-project/training/trainer:latest",
         command=["python", "-m", "trainer.task"],
         args=["--epochs=1"],
         env={"EMULATOR_RUN_SECONDS": "60"},
-        machine_type="a2-highgpu-1g",
-        accelerator_type="NVIDIA_TESLA_A100",
-        accelerator_count=1,
-        max_wait_duration="1h",
         base_output_dir="gs://e2e-bucket/e2e",
-        poll_interval=1,
+        **E2E_TRAINING,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
+from _e2e_task import E2E_TRAINING
 from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
 
@@ -31,16 +32,9 @@ class StallAfterSubmit(FlexStartTrainingOperator):
 with DAG(dag_id="e2e_worker_crash", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"]):
     StallAfterSubmit(
         task_id="train",
-        project_id="e2e-project",
-        location="us-central1",
         display_name="e2e-worker-crash",
-        image_uri="us-docker.pkg.dev/e2e-project/training/trainer:latest",
         env={"EMULATOR_RUN_SECONDS": "60"},
-        machine_type="a2-highgpu-1g",
-        accelerator_type="NVIDIA_TESLA_A100",
-        accelerator_count=1,
-        max_wait_duration="1h",
-        poll_interval=1,
         retries=1,
         retry_delay=timedelta(seconds=1),
+        **E2E_TRAINING,
     )
