@@ -220,11 +220,9 @@ def _task_logs(airflow: AirflowDeployment, dag_id: str, run_id: str) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted(root.rglob("*")) if p.is_file())
 
 
-def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
-    """Scenario 3: the task process is SIGKILLed after its job was created and before it
-    deferred; the Airflow retry finds the job in the ledger and waits for it: one job in total."""
-    dag_id = "e2e_worker_crash"
-    airflow.emulator.reset({**FAST, "queueSeconds": 1000})  # 10 s real: still queued when try 2 starts
+def _trigger_until_submitted(airflow: AirflowDeployment, dag_id: str) -> tuple[str, int, str]:
+    """Trigger e2e_worker_crash and wait until try 1 has created its job and stalled before
+    deferring: (run id, the task's pid, the job name), from the marker the DAG writes."""
     run_id = airflow.trigger(dag_id)
     marker = airflow.home / "e2e-markers" / f"{run_id}.pid"
     deadline = time.monotonic() + 120
@@ -232,7 +230,28 @@ def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
         assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.logs()[-20000:]}"
         time.sleep(0.2)
     pid_text, job_name = marker.read_text().split()
-    pid = int(pid_text)
+    return run_id, int(pid_text), job_name
+
+
+def _check_re_attached(airflow: AirflowDeployment, dag_id: str, run_id: str, job_name: str) -> None:
+    """The emulator holds try 1's job alone, SUCCEEDED and never cancelled; try 2's log says it re-attached."""
+    jobs = _jobs(airflow.emulator)
+    assert [j["name"] for j in jobs] == [job_name], jobs  # re-attached: no second create
+    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
+    stats = airflow.emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 0, stats
+    retry_log = "".join(p.read_text(errors="replace") for p in
+                        (airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}").rglob("attempt=2*")
+                        if p.is_file())
+    assert f"re-attaching to {job_name}" in retry_log, retry_log[-5000:]
+
+
+def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
+    """Scenario 3: the task process is SIGKILLed after its job was created and before it
+    deferred; the Airflow retry finds the job in the ledger and waits for it: one job in total."""
+    dag_id = "e2e_worker_crash"
+    airflow.emulator.reset({**FAST, "queueSeconds": 1000})  # 10 s real: still queued when try 2 starts
+    run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
     # it is a process of the deployment's LocalExecutor (under the scheduler), not some stranger
     assert pid in _descendants(airflow.procs["scheduler"].pid)
     jobs = _jobs(airflow.emulator)
@@ -243,12 +262,7 @@ def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
     assert state == "success", airflow.logs()[-20000:]
     ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
     assert ti["try_number"] == 2, ti  # try 1 died, try 2 finished the job
-    jobs = _jobs(airflow.emulator)
-    assert [j["name"] for j in jobs] == [job_name], jobs  # re-attached: no second create
-    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
-    stats = airflow.emulator.stats()
-    assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 0, stats
-    assert f"re-attaching to {job_name}" in _task_logs(airflow, dag_id, run_id)
+    _check_re_attached(airflow, dag_id, run_id, job_name)
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -265,14 +279,8 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
     dag_id = "e2e_worker_crash"
     airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real: still queued when try 2 starts
-    run_id = airflow.trigger(dag_id)
-    marker = airflow.home / "e2e-markers" / f"{run_id}.pid"
-    deadline = time.monotonic() + 120
-    while not marker.exists() or not marker.read_text():
-        assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.logs()[-20000:]}"
-        time.sleep(0.2)
-    pid_text, job_name = marker.read_text().split()
-    task = psutil.Process(int(pid_text))
+    run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
+    task = psutil.Process(pid)
     supervisor = task.parent()
     # the supervisor is a LocalExecutor worker forked by the scheduler (it runs the task runner
     # in-process and forks the task into a process group of its own), not some stranger
@@ -306,15 +314,7 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     # try 1 only: try 2 sat deferred longer than the 15 s timeout and was left alone
     assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], (events, detected_after)
     assert detected_after < 30, detected_after  # 15 s timeout + 2 s detection interval + slack
-    jobs = _jobs(airflow.emulator)
-    assert [j["name"] for j in jobs] == [job_name], jobs  # re-attached: no second create
-    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
-    stats = airflow.emulator.stats()
-    assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 0, stats
-    retry_log = "".join(p.read_text(errors="replace") for p in
-                        (airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}").rglob("attempt=2*")
-                        if p.is_file())
-    assert f"re-attaching to {job_name}" in retry_log, retry_log[-5000:]
+    _check_re_attached(airflow, dag_id, run_id, job_name)
 
 
 OUTAGE_DAG, OUTAGE_WINDOW, OUTAGE_POLL = "e2e_outage", 20.0, 1.0  # as in dags/e2e_outage.py
