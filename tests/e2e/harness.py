@@ -45,6 +45,19 @@ def pg_available() -> bool:
     return shutil.which("pg_createcluster") is not None and bool(_pg_versions())
 
 
+E2E_DAGS = Path(__file__).parent / "dags"
+
+
+def dags_folder(root: Path, names: tuple[str, ...] | None = None) -> Path:
+    """``root/dags`` holding the e2e DAG files (all of them, or ``names``), for a deployment."""
+    dags = root / "dags"
+    dags.mkdir()
+    for path in E2E_DAGS.glob("*.py"):
+        if names is None or path.name in names:
+            shutil.copy(path, dags / path.name)
+    return dags
+
+
 def _pg_versions() -> list[str]:
     base = Path("/usr/lib/postgresql")
     return sorted((p.name for p in base.iterdir() if (p / "bin" / "postgres").exists()), key=int) if base.exists() else []

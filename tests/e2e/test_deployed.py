@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import psutil
 import pytest
 
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
-from tests.e2e.harness import AirflowDeployment, PostgresCluster, _descendants, pg_available
+from tests.e2e.harness import AirflowDeployment, PostgresCluster, _descendants, dags_folder, pg_available
 
 pytestmark = pytest.mark.e2e
 
-DAGS = Path(__file__).parent / "dags"
 FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
 DAG_ID = "e2e_training"
 
@@ -33,10 +30,7 @@ def deployment(tmp_path_factory):
     if not pg_available():
         pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
     root = tmp_path_factory.mktemp("e2e")
-    dags = root / "dags"
-    dags.mkdir()
-    for dag_file in DAGS.glob("*.py"):
-        shutil.copy(dag_file, dags / dag_file.name)
+    dags = dags_folder(root)
     with EmulatorServer() as emulator, PostgresCluster() as pg:
         conn = {"conn_type": "google_cloud_platform",
                 "extra": {"project": "e2e-project", "api_endpoint": emulator.url}}

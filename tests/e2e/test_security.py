@@ -15,7 +15,6 @@ import ipaddress
 import json
 import logging
 import secrets
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,11 +26,10 @@ from cryptography.x509.oid import NameOID
 
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
-from tests.e2e.harness import AirflowDeployment, PostgresCluster, _pg_versions, pg_available
+from tests.e2e.harness import AirflowDeployment, PostgresCluster, _pg_versions, dags_folder, pg_available
 
 pytestmark = pytest.mark.e2e
 
-DAGS = Path(__file__).parent / "dags"
 DAG_ID = "e2e_security"
 FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
 
@@ -86,10 +84,7 @@ def secured(tmp_path_factory):
     if not pg_available():
         pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
     root = tmp_path_factory.mktemp("e2e-security")
-    dags = root / "dags"
-    dags.mkdir()
-    for name in ("_e2e_task.py", "e2e_security.py", "e2e_security_masking.py"):
-        shutil.copy(DAGS / name, dags)
+    dags = dags_folder(root, ("_e2e_task.py", "e2e_security.py", "e2e_security_masking.py"))
     certfile, keyfile = _loopback_tls(root)
     # whatever the in-process emulator (and uvicorn) logs, at every level, goes to this file
     emulator_log = root / "emulator.log"
