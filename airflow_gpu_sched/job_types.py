@@ -141,7 +141,7 @@ class HyperparameterTuningJobType(JobType):
             options.max_failed_trial_count)
 
     def body(self, job: CustomJob, options: JobOptions) -> Any:
-        from airflow_gpu_sched.models import HyperparameterTuningJob
+        from airflow_gpu_sched.job_type_models import HyperparameterTuningJob
 
         study = options.study_spec.to_api() if isinstance(options.study_spec, VertexModel) else options.study_spec
         wire: dict[str, Any] = {
@@ -154,7 +154,7 @@ class HyperparameterTuningJobType(JobType):
         return HyperparameterTuningJob.model_validate(wire)
 
     def parse(self, wire: Any) -> Any:
-        from airflow_gpu_sched.models import HyperparameterTuningJob
+        from airflow_gpu_sched.job_type_models import HyperparameterTuningJob
 
         return HyperparameterTuningJob.model_validate(wire)
 
@@ -203,7 +203,7 @@ class TrainingPipelineType(JobType):
             options.model_display_name, options.model_serving_image_uri, options.parent_model)
 
     def body(self, job: CustomJob, options: JobOptions) -> Any:
-        from airflow_gpu_sched.models import TrainingPipeline
+        from airflow_gpu_sched.job_type_models import TrainingPipeline
 
         model: dict[str, Any] = {"displayName": options.model_display_name,
                                  "containerSpec": {"imageUri": options.model_serving_image_uri}}
@@ -217,7 +217,7 @@ class TrainingPipelineType(JobType):
         return TrainingPipeline.model_validate(wire)
 
     def parse(self, wire: Any) -> Any:
-        from airflow_gpu_sched.models import TrainingPipeline
+        from airflow_gpu_sched.job_type_models import TrainingPipeline
 
         return TrainingPipeline.model_validate(wire)
 

@@ -48,7 +48,7 @@ def shortfalls(client: Any, project: str, region: str, strategy: str,
     """The quotas the demand (accelerators per type, held at once) exceeds; [] when it fits or
     the strategy draws on no quota; None when the quota could not be read."""
     from airflow_gpu_sched.client import VertexError
-    from airflow_gpu_sched.models import quota_limit
+    from airflow_gpu_sched.job_type_models import quota_limit
 
     wanted = {metric_for(acc, strategy): need for acc, need in demand.items()
               if strategy not in NO_QUOTA_STRATEGIES and not acc.is_tpu}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
@@ -25,16 +26,20 @@ from airflow_gpu_sched.models import (
     CustomJob,
     CustomJobSpec,
     GoalType,
-    HyperparameterTuningJob,
     MachineSpec,
-    ParameterSpec,
     PersistentResource,
     SearchAlgorithm,
     Strategy,
-    StudySpec,
-    TrainingPipeline,
     WorkerPoolSpec,
 )
+
+if TYPE_CHECKING:  # imported where used: the operators import this module at DAG-parse time
+    from airflow_gpu_sched.job_type_models import (
+        HyperparameterTuningJob,
+        ParameterSpec,
+        StudySpec,
+        TrainingPipeline,
+    )
 
 MAX_DISPLAY_NAME = 128
 MAX_LABEL_LENGTH = 63
@@ -562,6 +567,8 @@ def check_tuning_options(study_spec: StudySpec | dict | None, max_trial_count: i
                                           max_failed_trial_count)]
     if study_spec is None:
         return found + [Violation("study_spec", "is required: metrics (metricId, goal) and parameters to tune")]
+    from airflow_gpu_sched.job_type_models import StudySpec
+
     if isinstance(study_spec, StudySpec):
         study = study_spec
     else:

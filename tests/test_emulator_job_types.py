@@ -11,15 +11,13 @@ import requests
 
 from airflow_gpu_sched import catalog
 from airflow_gpu_sched.client import AsyncVertexClient, PermissionDeniedError, RetryPolicy, VertexClient
+from airflow_gpu_sched.job_type_models import HyperparameterTuningJob, QuotaInfo, quota_limit
 from airflow_gpu_sched.models import (
     CUSTOM_TASK_DEFINITION,
-    HyperparameterTuningJob,
     JobState,
     PipelineState,
-    QuotaInfo,
     TrialState,
     as_job_state,
-    quota_limit,
 )
 from airflow_gpu_sched.rules import SpecError
 from tests.conformance import conformance_errors

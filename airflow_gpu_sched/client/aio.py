@@ -30,16 +30,8 @@ from airflow_gpu_sched.client.core import (
     parse_success_body,
 )
 from airflow_gpu_sched.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
-from airflow_gpu_sched.models import (
-    AIPLATFORM_SERVICE,
-    CustomJob,
-    HyperparameterTuningJob,
-    Model,
-    Operation,
-    PersistentResource,
-    QuotaInfo,
-    TrainingPipeline,
-)
+from airflow_gpu_sched.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
+from airflow_gpu_sched.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

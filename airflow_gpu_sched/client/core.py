@@ -32,21 +32,23 @@ from airflow_gpu_sched.client.errors import (
     VertexError,
     VertexTransportError,
 )
-from airflow_gpu_sched.models import (
-    AIPLATFORM_SERVICE,
-    CustomJob,
+from airflow_gpu_sched.job_type_models import (
     HyperparameterTuningJob,
-    ListCustomJobsResponse,
     ListHyperparameterTuningJobsResponse,
     ListModelsResponse,
-    ListPersistentResourcesResponse,
     ListQuotaInfosResponse,
     ListTrainingPipelinesResponse,
     Model,
+    TrainingPipeline,
+)
+from airflow_gpu_sched.models import (
+    AIPLATFORM_SERVICE,
+    CustomJob,
+    ListCustomJobsResponse,
+    ListPersistentResourcesResponse,
     Operation,
     PersistentResource,
     Status,
-    TrainingPipeline,
     parse_duration,
 )
 from airflow_gpu_sched.rules import (

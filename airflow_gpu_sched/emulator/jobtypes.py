@@ -40,20 +40,16 @@ from pydantic import ValidationError
 import airflow_gpu_sched.emulator.backend as _backend
 from airflow_gpu_sched.emulator import studies
 from airflow_gpu_sched.emulator.capacity import tier_of
-from airflow_gpu_sched.models import (
-    CustomJob,
+from airflow_gpu_sched.job_type_models import (
     HyperparameterTuningJob,
-    JobState,
     Measurement,
     MeasurementMetric,
     Model,
-    PipelineState,
-    Status,
     TrainingPipeline,
     Trial,
     TrialParameter,
-    TrialState,
 )
+from airflow_gpu_sched.models import CustomJob, JobState, PipelineState, Status, TrialState
 from airflow_gpu_sched.rules import Violation, check_training_pipeline, check_tuning_job, parse_violations
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ import math
 import random
 from typing import Any
 
-from airflow_gpu_sched.models import GoalType, ParameterSpec, ScaleType, SearchAlgorithm, StudySpec
+from airflow_gpu_sched.job_type_models import ParameterSpec, StudySpec
+from airflow_gpu_sched.models import GoalType, ScaleType, SearchAlgorithm
 
 TARGET = 0.7
 GRID_DOUBLE_POINTS = 5

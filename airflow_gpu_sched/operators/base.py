@@ -48,7 +48,7 @@ from airflow_gpu_sched.errors import (
 )
 from airflow_gpu_sched.job_types import JobOptions, get_job_type, job_type_of
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
-from airflow_gpu_sched.models import CustomJob, JobState, parse_duration
+from airflow_gpu_sched.models import CustomJob, parse_duration
 from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
 from airflow_gpu_sched.plans import (
     FlexStartStep,
@@ -355,17 +355,9 @@ class VertexTrainingOperator(BaseOperator):
         if resource is not None:
             kind = job_type_of(resource.name)
             existing = kind.view(resource)
-            if existing.state is JobState.JOB_STATE_CANCELLED:
-                # Cancelled when a user cleared or failed the task (on_kill): this try trains anew.
-                _, step, location = self.position(ledger)
-                record = attempt_record(existing, step.strategy, Event.CANCELLED.value)
-                record.update(position=ledger.data.get("position", 0), location=location)
-                ledger.finish_attempt(record)
-                self.log.info("the earlier try's job %s was cancelled: submitting a new one", existing.name)
-                return self.start(context, ledger)
-            if existing.is_terminal():
+            if existing.is_terminal():  # e.g. succeeded unwatched, or cancelled by a clear: see on_job_event
                 self.log.info("previous try's job %s already ended %s", existing.name, existing.state.value)
-                return self.on_job_event(context, kind.event(resource))
+                return self.on_job_event(context, kind.event(resource), earlier_try=True)
             self.log.info("re-attaching to %s (%s), submitted by an earlier try", existing.name, existing.state.value)
             return self.wait_for_job(context, existing.name)
         return self.start(context, ledger)
@@ -573,10 +565,12 @@ class VertexTrainingOperator(BaseOperator):
         with vertex_reachable():
             return self.on_job_event(context, event)
 
-    def on_job_event(self, context: Context, event: Any) -> Any:
+    def on_job_event(self, context: Context, event: Any, earlier_try: bool = False) -> Any:
+        """Decide on a finished job; ``earlier_try``: it was found, finished, at this try's start."""
         kind, event = validate_event(event, JOB_EVENTS)
         ledger = SubmissionLedger.from_context(context)
-        reattached = ledger.job_try != _try_number(context)  # waiting on a job an earlier try submitted
+        # a job an earlier try submitted (this try re-attached to it, or found it finished)
+        reattached = earlier_try or ledger.job_try != _try_number(context)
         if kind is Event.ERROR:
             raise VertexUnreachable(event.get("message") or "Vertex AI unreachable", event.get("job_name"))
         job_kind = job_type_of(event["job"]["name"])
@@ -598,10 +592,10 @@ class VertexTrainingOperator(BaseOperator):
         message = job.error.message if job.error else None
         if kind is Event.CANCELLED:
             if reattached:
-                # A user cleared the deferred earlier try: its trigger's on_kill cancels the job, and
-                # that cancel can land after this try re-attached to it. Train anew, as _execute does.
-                self.log.info("the earlier try's job %s was cancelled after this try re-attached: "
-                              "submitting a new one", job.name)
+                # An earlier try's job: a user cleared or failed that try, and its trigger's on_kill
+                # cancelled the job (possibly after this try re-attached to it). This try trains anew.
+                self.log.info("the job %s an earlier try submitted was cancelled (the task was cleared or "
+                              "marked failed): submitting a new one", job.name)
                 return self.start(context, ledger)
             raise TrainingJobCancelled("the job was cancelled outside this task", job.name, message)
         if kind is Event.FAILED:
