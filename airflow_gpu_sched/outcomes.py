@@ -23,24 +23,26 @@ class Event(str, enum.Enum):
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"  # SPOT: preempted past the service's own restarts (STOCKOUT)
     CAPACITY_TIMEOUT = "capacity_timeout"  # FLEX_START maxWaitDuration, or a busy persistent pool
+    QUOTA_EXCEEDED = "quota_exceeded"  # ended for want of GPU quota (a pipeline's FAILED, code 8)
     ERROR = "error"  # the API could not be reached for longer than the transient-error window
     CAPACITY_AVAILABLE = "capacity_available"  # persistent pool: the replicas are free now
 
 
 JOB_EVENTS = frozenset({Event.SUCCEEDED, Event.FAILED, Event.CANCELLED, Event.PREEMPTED,
-                        Event.CAPACITY_TIMEOUT, Event.ERROR})
+                        Event.CAPACITY_TIMEOUT, Event.QUOTA_EXCEEDED, Event.ERROR})
 CAPACITY_EVENTS = frozenset({Event.CAPACITY_AVAILABLE, Event.CAPACITY_TIMEOUT, Event.FAILED, Event.ERROR})
 
 _PREEMPTION = re.compile(r"stockout|preempt|resources are insufficient|spot vm|capacity was reclaimed", re.I)
 _WAIT_EXPIRED = re.compile(r"maxWaitDuration|max_wait_duration|capacity wait|could not be scheduled "
                            r"within|could not get its resources", re.I)
+_QUOTA = re.compile(r"quota metrics exceed quota limits|exceeds? (the )?quota|insufficient quota", re.I)
 _USER_CODE = re.compile(r"exited with a non-zero status|non-zero exit", re.I)
 _PREEMPTION_REASONS = {"STOCKOUT", "SPOT_PREEMPTED", "PREEMPTED", "ZONE_RESOURCE_POOL_EXHAUSTED"}
 _WAIT_REASONS = {"FLEX_START_WAIT_EXPIRED", "MAX_WAIT_DURATION_EXCEEDED"}
 
 
 def classify_failure(error: Status | None) -> Event:
-    """FAILED job -> PREEMPTED, CAPACITY_TIMEOUT or FAILED (user code and the rest)."""
+    """FAILED job -> PREEMPTED, CAPACITY_TIMEOUT, QUOTA_EXCEEDED or FAILED (user code and the rest)."""
     if error is None:
         return Event.FAILED
     reasons = {str(d.get("reason", "")) for d in (error.details or []) if isinstance(d, dict)}
@@ -53,6 +55,8 @@ def classify_failure(error: Status | None) -> Event:
         return Event.FAILED
     if _WAIT_EXPIRED.search(message):
         return Event.CAPACITY_TIMEOUT
+    if _QUOTA.search(message):  # checked before the stockout words: a quota message is not a stockout
+        return Event.QUOTA_EXCEEDED
     if _PREEMPTION.search(message):
         return Event.PREEMPTED
     return Event.FAILED
