@@ -32,7 +32,7 @@ CASES = [
     ("user-code-mentions-preemption", Status(code=3, message="The replica workerpool0-0 exited with a non-zero status "
                                              "of 137. Termination reason: preempted? no: OOMKilled"), Event.FAILED),
     ("quota", Status(code=8, message="The following quota metrics exceed quota limits: "
-                     "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"), Event.FAILED),
+                     "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"), Event.QUOTA_EXCEEDED),
     ("timeout", Status(code=4, message="The job ran longer than scheduling.timeout (600s).", details=_info("JOB_TIMEOUT")),
      Event.FAILED),
     ("no-error", None, Event.FAILED),
