@@ -1,0 +1,176 @@
+"""Google's request-body schemas, vendored: which JSON fields each served method accepts.
+
+The table (``data/request_schema.json``) is generated from Google's own definitions and is
+what :mod:`strict_json` checks request bodies against, so the emulator refuses what Google's
+front end refuses (unknown names, wrong JSON types) and accepts everything Google accepts,
+including fields our pydantic models lack (network, encryptionSpec, reservationAffinity, ...).
+
+Sources, both Google's and both only needed to *regenerate* (dev time, never at run time):
+
+* the aiplatform v1 discovery document shipped in google-api-python-client
+  (``googleapiclient/discovery_cache/documents/aiplatform.v1.json``): the schemas, their
+  fields, JSON types and enum names;
+* the protos of google-cloud-aiplatform (``aiplatform_v1`` descriptors): each field's proto
+  name (Google's JSON parser accepts it as well as the lowerCamelCase name), enum numbers, and
+  the proto type names Google's error messages quote.
+
+    python -m airflow_gpu_sched.emulator.schema --regenerate
+
+rewrites the table; ``tests/test_strict_json.py`` fails if it differs from what the installed
+discovery document and protos give.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from importlib import resources
+from typing import Any
+
+TABLE = "request_schema.json"
+
+# Served methods whose request carries a body: (discovery method id, body schema, proto message
+# of the body, the request field the body fills). The last is the HTTP rule's `body:` in the
+# GAPIC REST transports (services/*/transports/rest_base.py, e.g. _BaseCreateCustomJob:
+# 'body': 'custom_job'; cancels use 'body': '*', the whole request). Google's error paths start
+# with it ('custom_job.job_spec...'); for '*' they start at the body's own fields.
+METHODS: list[tuple[str, str, str, str]] = [
+    ("customJobs.create", "GoogleCloudAiplatformV1CustomJob", "CustomJob", "custom_job"),
+    ("customJobs.cancel", "GoogleCloudAiplatformV1CancelCustomJobRequest", "CancelCustomJobRequest", "*"),
+    ("hyperparameterTuningJobs.create", "GoogleCloudAiplatformV1HyperparameterTuningJob",
+     "HyperparameterTuningJob", "hyperparameter_tuning_job"),
+    ("hyperparameterTuningJobs.cancel", "GoogleCloudAiplatformV1CancelHyperparameterTuningJobRequest",
+     "CancelHyperparameterTuningJobRequest", "*"),
+    ("trainingPipelines.create", "GoogleCloudAiplatformV1TrainingPipeline", "TrainingPipeline", "training_pipeline"),
+    ("trainingPipelines.cancel", "GoogleCloudAiplatformV1CancelTrainingPipelineRequest",
+     "CancelTrainingPipelineRequest", "*"),
+    ("persistentResources.create", "GoogleCloudAiplatformV1PersistentResource", "PersistentResource",
+     "persistent_resource"),
+]
+
+# discovery (type, format) -> the kind strict_json checks
+_SCALARS = {
+    ("string", None): "string", ("string", "byte"): "bytes", ("string", "int64"): "int64",
+    ("string", "uint64"): "uint64", ("integer", "int32"): "int32", ("integer", "uint32"): "uint32",
+    ("number", "double"): "double", ("number", "float"): "float", ("boolean", None): "bool",
+    ("string", "google-datetime"): "timestamp", ("string", "google-duration"): "duration",
+    ("string", "google-fieldmask"): "fieldmask", ("any", None): "value",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> dict:
+    """The vendored table: {"source", "methods": {rpc: {schema, body}}, "schemas": {...}}."""
+    text = (resources.files("airflow_gpu_sched.emulator") / "data" / TABLE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------------- generation (dev only)
+
+def _discovery_path() -> str:
+    import googleapiclient  # dev-time only: the emulator never imports it
+
+    return str(resources.files(googleapiclient) / "discovery_cache" / "documents" / "aiplatform.v1.json")
+
+
+def generate(discovery: dict | None = None) -> dict:
+    """Build the table from the discovery document and the aiplatform_v1 protos."""
+    from google.cloud import aiplatform_v1  # dev-time only
+
+    if discovery is None:
+        with open(_discovery_path(), encoding="utf-8") as fh:
+            discovery = json.load(fh)
+    schemas_in = discovery["schemas"]
+    out: dict[str, dict] = {}
+
+    def field_entry(prop: dict, fdesc: Any, schema_name: str, json_name: str) -> dict:
+        entry: dict[str, Any] = {"proto": _proto_name(fdesc, json_name)}
+        if prop.get("type") == "array":
+            entry["repeated"] = True
+            prop = prop["items"]
+        elif (prop.get("type") == "object" and "additionalProperties" in prop
+              and fdesc is not None and fdesc.message_type is not None
+              and fdesc.message_type.GetOptions().map_entry):
+            entry["map"] = True
+            prop = prop["additionalProperties"]
+            fdesc = fdesc.message_type.fields_by_name["value"]
+        if "$ref" in prop:
+            entry["ref"] = prop["$ref"]
+            walk(prop["$ref"], fdesc.message_type if fdesc is not None else None)
+        elif "enum" in prop:
+            entry["kind"] = "enum"
+            etype = fdesc.enum_type if fdesc is not None else None
+            entry["enumType"] = etype.full_name if etype is not None else None
+            numbers = {v.name: v.number for v in etype.values} if etype is not None else {}
+            entry["enum"] = {name: numbers.get(name) for name in prop["enum"]}
+        elif prop.get("type") == "object":
+            # google.protobuf.Struct / Any (free-form objects in the discovery document)
+            entry["kind"] = "struct"
+        else:
+            key = (prop.get("type"), prop.get("format"))
+            if key not in _SCALARS:
+                raise ValueError(f"{schema_name}.{json_name}: unhandled discovery type {key}")
+            entry["kind"] = _SCALARS[key]
+        return entry
+
+    def walk(name: str, desc: Any) -> None:
+        if name in out:
+            return
+        schema = schemas_in[name]
+        record: dict[str, Any] = {"type": desc.full_name if desc is not None else None, "fields": {}}
+        out[name] = record
+        by_json = {f.json_name: f for f in desc.fields} if desc is not None else {}
+        for json_name, prop in sorted(schema.get("properties", {}).items()):
+            record["fields"][json_name] = field_entry(prop, by_json.get(json_name), name, json_name)
+
+    methods = {}
+    for rpc, schema_name, message, body in METHODS:
+        walk(schema_name, getattr(aiplatform_v1, message).pb().DESCRIPTOR)
+        methods[rpc] = {"schema": schema_name, "body": body}
+    return {
+        "source": {"discovery": f"aiplatform.v1.json revision {discovery.get('revision')}",
+                   "protos": "google-cloud-aiplatform aiplatform_v1",
+                   "regenerate": "python -m airflow_gpu_sched.emulator.schema --regenerate"},
+        "methods": methods,
+        "schemas": dict(sorted(out.items())),
+    }
+
+
+def _proto_name(fdesc: Any, json_name: str) -> str:
+    if fdesc is None:  # a field newer than the installed protos: proto3's camel -> snake rule
+        return _snake(json_name)
+    # proto-plus appends "_" to names that are Python keywords (type_, exec_); the proto's is bare
+    return fdesc.name[:-1] if fdesc.name.endswith("_") and not json_name.endswith("_") else fdesc.name
+
+
+def _snake(camel: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+
+
+def dumps(table: dict) -> str:
+    # one schema per line: compact, and a regeneration diff shows which schema changed
+    lines = ['{"source":' + json.dumps(table["source"], sort_keys=True) + ",",
+             '"methods":' + json.dumps(table["methods"], sort_keys=True) + ",", '"schemas":{']
+    items = list(table["schemas"].items())
+    for i, (name, schema) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        lines.append(json.dumps(name) + ":" + json.dumps(schema, sort_keys=True, separators=(",", ":")) + comma)
+    lines.append("}}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--regenerate"]:
+        print("usage: python -m airflow_gpu_sched.emulator.schema --regenerate", file=sys.stderr)
+        return 2
+    path = resources.files("airflow_gpu_sched.emulator") / "data" / TABLE
+    text = dumps(generate())
+    with open(str(path), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"wrote {path} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
