@@ -189,7 +189,7 @@ def test_flex_start_zero_wait_waits_forever(vertex, emulator):
 def test_capacity_can_arrive_on_a_schedule(vertex, emulator):
     emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
     emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=1, at_seconds=900)
-    name = vertex.create(job("FLEX_START", maxWaitDuration="1h"))["name"]
+    name = vertex.create(job("FLEX_START", maxWaitDuration="3600s"))["name"]
     emulator.advance(1000)
     running = vertex.get(name)
     assert running["state"] == "JOB_STATE_RUNNING"

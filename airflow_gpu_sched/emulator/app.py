@@ -19,6 +19,7 @@ from fastapi.responses import Response
 from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
+from airflow_gpu_sched.emulator.strict_json import refusal
 
 _SEG = r"[^/:]+"
 _PARENT = rf"projects/(?P<project>{_SEG})/locations/(?P<location>{_SEG})"
@@ -36,6 +37,8 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.get"),
         ("DELETE", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.delete"),
         ("GET", rf"(?P<name>{_PARENT}/operations/{_SEG})", "operations.get"),
+        ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG}/operations/{_SEG})",
+         "persistentResources.operations.get"),
         ("POST", rf"{_PARENT}/hyperparameterTuningJobs", "hyperparameterTuningJobs.create"),
         ("GET", rf"{_PARENT}/hyperparameterTuningJobs", "hyperparameterTuningJobs.list"),
         ("GET", rf"(?P<name>{_PARENT}/hyperparameterTuningJobs/{_SEG})", "hyperparameterTuningJobs.get"),
@@ -89,6 +92,15 @@ async def _body(request: Request) -> dict:
     return body
 
 
+async def _strict_body(request: Request, rpc: str) -> dict:
+    """The body, refused as Google's JSON front end refuses it (unknown names, wrong types)."""
+    body = await _body(request)
+    error = refusal(rpc, body)
+    if error:
+        raise error
+    return body
+
+
 def _page_size(request: Request) -> int | None:
     raw = request.query_params.get("pageSize")
     if raw in (None, ""):
@@ -102,18 +114,20 @@ def _page_size(request: Request) -> int | None:
 async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: Request) -> Any:
     q = request.query_params
     if rpc == "customJobs.create":
-        return backend.create_custom_job(args["project"], args["location"], await _body(request))
+        return backend.create_custom_job(args["project"], args["location"], await _strict_body(request, rpc))
     if rpc == "customJobs.list":
         return backend.list_custom_jobs(args["project"], args["location"], q.get("filter", ""),
                                         _page_size(request), q.get("pageToken", ""))
     if rpc == "customJobs.get":
         return backend.get_custom_job(args["name"])
     if rpc == "customJobs.cancel":
+        await _strict_body(request, rpc)  # Cancel*Request: a body of {} (Google's clients send it)
         return backend.cancel_custom_job(args["name"])
     if rpc == "customJobs.delete":
         return backend.delete_custom_job(args["name"])
     if rpc == "persistentResources.create":
-        return backend.create_persistent_resource(args["project"], args["location"], await _body(request),
+        return backend.create_persistent_resource(args["project"], args["location"],
+                                                  await _strict_body(request, rpc),
                                                   q.get("persistentResourceId", ""))
     if rpc == "persistentResources.list":
         return backend.list_persistent_resources(args["project"], args["location"], _page_size(request),
@@ -122,27 +136,30 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.get_persistent_resource(args["name"])
     if rpc == "persistentResources.delete":
         return backend.delete_persistent_resource(args["name"])
-    if rpc == "operations.get":
+    if rpc in ("operations.get", "persistentResources.operations.get"):
         return backend.get_operation(args["name"])
     if rpc == "hyperparameterTuningJobs.create":
-        return backend.create_hyperparameter_tuning_job(args["project"], args["location"], await _body(request))
+        return backend.create_hyperparameter_tuning_job(args["project"], args["location"],
+                                                        await _strict_body(request, rpc))
     if rpc == "hyperparameterTuningJobs.list":
         return backend.list_hyperparameter_tuning_jobs(args["project"], args["location"], q.get("filter", ""),
                                                        _page_size(request), q.get("pageToken", ""))
     if rpc == "hyperparameterTuningJobs.get":
         return backend.get_hyperparameter_tuning_job(args["name"])
     if rpc == "hyperparameterTuningJobs.cancel":
+        await _strict_body(request, rpc)  # Cancel*Request: a body of {} (Google's clients send it)
         return backend.cancel_hyperparameter_tuning_job(args["name"])
     if rpc == "hyperparameterTuningJobs.delete":
         return backend.delete_hyperparameter_tuning_job(args["name"])
     if rpc == "trainingPipelines.create":
-        return backend.create_training_pipeline(args["project"], args["location"], await _body(request))
+        return backend.create_training_pipeline(args["project"], args["location"], await _strict_body(request, rpc))
     if rpc == "trainingPipelines.list":
         return backend.list_training_pipelines(args["project"], args["location"], q.get("filter", ""),
                                                _page_size(request), q.get("pageToken", ""))
     if rpc == "trainingPipelines.get":
         return backend.get_training_pipeline(args["name"])
     if rpc == "trainingPipelines.cancel":
+        await _strict_body(request, rpc)  # Cancel*Request: a body of {} (Google's clients send it)
         return backend.cancel_training_pipeline(args["name"])
     if rpc == "trainingPipelines.delete":
         return backend.delete_training_pipeline(args["name"])
@@ -200,6 +217,17 @@ def create_app(backend: Backend | None = None) -> FastAPI:
 
     app.add_api_route("/v1/{path:path}", vertex, methods=["GET", "POST", "DELETE", "PATCH"],
                       include_in_schema=False)
+
+    async def ui(request: Request, path: str) -> Response:
+        # Google's GAPIC REST clients get operations at /ui/{name=projects/*/locations/*/operations/*}
+        # (and .../persistentResources/*/operations/*): google.longrunning.Operations.GetOperation's
+        # first http rule in aiplatform_v1's rest_base.py. Only operations are served there.
+        found = match_route(request.method, path)
+        if found is None or not found[0].endswith("operations.get"):
+            return _error(ApiError("NOT_FOUND", f"{request.method} /ui/{path} is not a method the emulator serves."))
+        return await vertex(request, path)
+
+    app.add_api_route("/ui/{path:path}", ui, methods=["GET"], include_in_schema=False)
 
     async def token(request: Request) -> Response:
         # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT

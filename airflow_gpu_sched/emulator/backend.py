@@ -582,7 +582,9 @@ class Backend(JobTypesMixin):
         resource = resource.model_copy(update={
             "name": name, "state": PersistentResourceState.PROVISIONING, "create_time": now, "update_time": now,
         })
-        op = self._operation(project, location, "CreatePersistentResourceOperationMetadata")
+        # Google names a create's operation under the resource it makes (as Endpoint and Dataset
+        # creates do; persistentResources.operations.get in the discovery document): assumed
+        op = self._operation(project, location, "CreatePersistentResourceOperationMetadata", parent=name)
         self.resources[name] = ResourceRecord(resource, project, location, op.name)
         if ready:
             self._resource_ready(name, now)
@@ -649,10 +651,10 @@ class Backend(JobTypesMixin):
 
     # ------------------------------------------------------------------ operations
 
-    def _operation(self, project: str, location: str, metadata_type: str) -> Operation:
+    def _operation(self, project: str, location: str, metadata_type: str, parent: str | None = None) -> Operation:
         now = self.clock.now()
         op = Operation(
-            name=f"projects/{project}/locations/{location}/operations/{next(self._ids)}",
+            name=f"{parent or f'projects/{project}/locations/{location}'}/operations/{next(self._ids)}",
             metadata={"@type": f"type.googleapis.com/google.cloud.aiplatform.v1.{metadata_type}",
                       "genericMetadata": {"createTime": format_timestamp(now), "updateTime": format_timestamp(now)}},
             done=False,
