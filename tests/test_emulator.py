@@ -25,6 +25,7 @@ SCHEMA_OF = {
     "persistentResources.get": "GoogleCloudAiplatformV1PersistentResource",
     "persistentResources.list": "GoogleCloudAiplatformV1ListPersistentResourcesResponse",
     "operations.get": "GoogleLongrunningOperation",
+    "persistentResources.operations.get": "GoogleLongrunningOperation",
 }
 
 
@@ -285,6 +286,7 @@ def _make_pool(vertex: Vertex, emulator, resource_id: str = "pool-a") -> str:
                      params={"persistentResourceId": resource_id}, json=POOL_BODY)
     assert op["done"] is False
     name = f"{vertex.parent}/persistentResources/{resource_id}"
+    assert op["name"].startswith(f"{name}/operations/")  # the create's operation lives under its resource
     assert vertex.call("persistentResources.get", "GET", name)["state"] == "PROVISIONING"
     emulator.advance(61)
     done = vertex.call("operations.get", "GET", op["name"])
@@ -306,6 +308,25 @@ def test_persistent_resource_provisions_through_an_operation(vertex, emulator):
     listed = vertex.call("persistentResources.list", "GET", f"{vertex.parent}/persistentResources")
     assert [r["name"] for r in listed["persistentResources"]] == [name]
     assert listed["persistentResources"][0]["resourcePools"][0]["usedReplicaCount"] == "0"
+
+
+def test_operations_are_served_at_v1_and_at_ui_as_googles_rest_clients_poll_them(vertex, emulator):
+    # aiplatform_v1 rest_base.py: GetOperation's http rules put /ui/{name=...operations/*} first
+    op = vertex.call("persistentResources.create", "POST", f"{vertex.parent}/persistentResources",
+                     params={"persistentResourceId": "pool-ui"}, json=POOL_BODY)
+    emulator.advance(61)
+    ui = requests.get(f"{vertex.root.removesuffix('v1/')}ui/{op['name']}", timeout=10)
+    assert ui.status_code == 200 and ui.json() == vertex.call("persistentResources.operations.get", "GET", op["name"])
+    assert ui.json()["done"] is True and ui.json()["response"]["name"].endswith("/persistentResources/pool-ui")
+    name = vertex.create(job(run_seconds=10))["name"]
+    emulator.advance(100)
+    deleted = vertex.call("customJobs.delete", "DELETE", name)
+    assert deleted["name"].startswith(f"{vertex.parent}/operations/")
+    ui_root = vertex.root.removesuffix("v1/") + "ui/"
+    assert requests.get(ui_root + deleted["name"], timeout=10).json()["done"] is True
+    # /ui serves operations only: a job is not there
+    missing = requests.get(ui_root + name, timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
 
 
 def test_job_on_busy_persistent_pool_waits_then_runs(vertex, emulator):
