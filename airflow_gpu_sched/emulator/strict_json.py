@@ -34,6 +34,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from airflow_gpu_sched.emulator.backend import ApiError
 from airflow_gpu_sched.emulator.schema import load
 
 _WKT = "type.googleapis.com/google.protobuf."
@@ -61,10 +62,8 @@ def body_errors(rpc: str, body: Any) -> list[tuple[str, str]]:
     return errors
 
 
-def refusal(rpc: str, body: Any):
+def refusal(rpc: str, body: Any) -> ApiError | None:
     """The ApiError Google answers ``body`` with, or None if it parses."""
-    from airflow_gpu_sched.emulator.backend import ApiError  # backend imports the app's helpers lazily too
-
     errors = body_errors(rpc, body)
     if not errors:
         return None
@@ -178,11 +177,11 @@ def _scalar_ok(kind: str, value: Any, field: dict) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
     if kind in ("string", "fieldmask"):
         return isinstance(value, str)
-    if kind == "bytes":
+    if kind == "bytes":  # proto3 JSON: standard or URL-safe base64, padding optional
         if not isinstance(value, str):
             return False
         try:
-            base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_" if "-" in value or "_" in value else None)
+            base64.urlsafe_b64decode(value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4))
         except (binascii.Error, ValueError):
             return False
         return True
