@@ -146,6 +146,31 @@ def test_proto_names_enum_numbers_and_int64_numbers_are_accepted_as_protojson_sa
     assert created.json()["jobSpec"]["scheduling"]["strategy"] == "FLEX_START"
 
 
+def test_a_single_value_for_a_repeated_field_is_taken_as_its_one_element(emulator):
+    # protobuf's JSON converter checks "is repeating" only when a list starts
+    body = job()
+    body["jobSpec"]["workerPoolSpecs"] = body["jobSpec"]["workerPoolSpecs"][0]
+    body["jobSpec"]["workerPoolSpecs"]["containerSpec"]["args"] = "--epochs=3"
+    created = post(emulator, f"{PARENT}/customJobs", body)
+    assert created.status_code == 200, created.text
+    assert created.json()["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] == ["--epochs=3"]
+
+
+def test_two_members_of_a_oneof_are_refused(emulator):
+    body = job()
+    body["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"] = {
+        "executorImageUri": "gcr.io/p/x:1", "packageUris": ["gs://b/t.tar.gz"], "pythonModule": "t.m"}
+    assert refused(post(emulator, f"{PARENT}/customJobs", body)) == [
+        ("custom_job.job_spec.worker_pool_specs[0]", "Invalid value at 'custom_job.job_spec.worker_pool_specs[0]' "
+         "(oneof), oneof field 'task' is already set. Cannot set 'pythonPackageSpec'")]
+
+
+@pytest.mark.parametrize("body", [[], "job", 7])
+def test_a_body_that_is_not_an_object_is_refused(emulator, body):
+    assert refused(post(emulator, f"{PARENT}/customJobs", body)) == [
+        (None, 'Invalid JSON payload received. Unknown name "": Root element must be a message.')]
+
+
 # ---------------------------------------------------------------------------- wrong JSON types
 
 

@@ -94,7 +94,11 @@ async def _body(request: Request) -> dict:
 
 async def _strict_body(request: Request, rpc: str) -> dict:
     """The body, refused as Google's JSON front end refuses it (unknown names, wrong types)."""
-    body = await _body(request)
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError as exc:
+        raise ApiError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}") from None
     error = refusal(rpc, body)
     if error:
         raise error

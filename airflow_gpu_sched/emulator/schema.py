@@ -11,8 +11,8 @@ Sources, both Google's and both only needed to *regenerate* (dev time, never at 
   (``googleapiclient/discovery_cache/documents/aiplatform.v1.json``): the schemas, their
   fields, JSON types and enum names;
 * the protos of google-cloud-aiplatform (``aiplatform_v1`` descriptors): each field's proto
-  name (Google's JSON parser accepts it as well as the lowerCamelCase name), enum numbers, and
-  the proto type names Google's error messages quote.
+  name (Google's JSON parser accepts it as well as the lowerCamelCase name), enum numbers,
+  oneof groups, and the proto type names Google's error messages quote.
 
     python -m airflow_gpu_sched.emulator.schema --regenerate
 
@@ -123,6 +123,15 @@ def generate(discovery: dict | None = None) -> dict:
         by_json = {f.json_name: f for f in desc.fields} if desc is not None else {}
         for json_name, prop in sorted(schema.get("properties", {}).items()):
             record["fields"][json_name] = field_entry(prop, by_json.get(json_name), name, json_name)
+        # oneof groups (the discovery document does not say which fields exclude each other);
+        # proto3 `optional` makes a synthetic oneof "_<field>" of one field: not a choice
+        oneofs = {}
+        for oneof in (desc.oneofs if desc is not None else []):
+            members = [f.json_name for f in oneof.fields if f.json_name in record["fields"]]
+            if len(members) > 1 or (members and oneof.name != f"_{oneof.fields[0].name}"):
+                oneofs[oneof.name] = members
+        if oneofs:
+            record["oneofs"] = oneofs
 
     methods = {}
     for rpc, schema_name, message, body in METHODS:

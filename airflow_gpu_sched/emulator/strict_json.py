@@ -20,6 +20,13 @@ Wording, as Google's parser answers (public reports of Google APIs' 400s):
 * ``Invalid value at 'parent' (field_name), Starting an object on a scalar field``
 * ``Invalid JSON payload received. Unknown name "x" at 'parent': Proto field is not repeating,
   cannot start list.``
+* ``Invalid value at 'custom_job.job_spec.worker_pool_specs[0]' (oneof), oneof field 'task' is
+  already set. Cannot set 'pythonPackageSpec'``
+* ``Invalid JSON payload received. Unknown name "": Root element must be a message.`` (a body
+  that is not an object)
+
+The oneof, root and list rules follow protobuf's JSON-to-proto converter (ProtoWriter), which
+also accepts a single value for a repeated field (one element).
 
 Several errors are joined with newlines in the message, each its own field violation.
 Map values are addressed ``field[i].value`` (i: the entry's position), as Google's paths are.
@@ -35,7 +42,6 @@ from datetime import datetime
 from typing import Any
 
 from airflow_gpu_sched.emulator.backend import ApiError
-from airflow_gpu_sched.emulator.schema import load
 
 _WKT = "type.googleapis.com/google.protobuf."
 _SCALAR_TYPE = {"string": "TYPE_STRING", "bytes": "TYPE_BYTES", "int64": "TYPE_INT64", "uint64": "TYPE_UINT64",
@@ -53,9 +59,16 @@ def body_errors(rpc: str, body: Any) -> list[tuple[str, str]]:
     """Every (field path, description) Google's parser would refuse in ``body`` for ``rpc``.
 
     ``rpc`` is a discovery method id with a body (``customJobs.create``); others have no body
-    schema and raise KeyError."""
+    schema and raise KeyError. A single value given for a repeated field is accepted, as
+    Google's parser accepts it, and wrapped in a list in ``body`` itself."""
+    # imported here so that `python -m airflow_gpu_sched.emulator.schema` (the package imports
+    # this module) does not find its own module already imported
+    from airflow_gpu_sched.emulator.schema import load
+
     table = load()
     method = table["methods"][rpc]
+    if not isinstance(body, dict):
+        return [("", 'Invalid JSON payload received. Unknown name "": Root element must be a message.')]
     root = "" if method["body"] == "*" else method["body"]
     errors: list[tuple[str, str]] = []
     _message(body, method["schema"], root, table["schemas"], errors)
@@ -99,12 +112,27 @@ def _message(value: Any, schema_name: str, path: str, schemas: dict, errors: lis
         return
     fields = schema["fields"]
     by_proto = {f["proto"]: name for name, f in fields.items()}
-    for key, item in value.items():
+    oneof_of = {member: group for group, members in schema.get("oneofs", {}).items() for member in members}
+    taken: set[str] = set()
+    for key, item in list(value.items()):
         name = key if key in fields else by_proto.get(key)
         if name is None:
             errors.append(_unknown(key, path))
             continue
         if item is None:  # proto3 JSON: null means the default value
+            continue
+        group = oneof_of.get(name)
+        if group is not None:
+            if group in taken:  # protobuf's ProtoWriter::ValidOneof
+                errors.append(_invalid(path, "oneof", f"oneof field '{group}' is already set. Cannot set '{key}'"))
+                continue
+            taken.add(group)
+        if fields[name].get("repeated") and not isinstance(item, list):
+            # Google's parser takes a single value for a repeated field as its one element
+            # (protobuf's ProtoWriter checks "is repeating" only when a list starts); the
+            # backend's models get the list it stands for
+            value[key] = item = [item]
+            _single(item[0], fields[name], name, _join(path, fields[name]["proto"]), path, schemas, errors)
             continue
         _field(key, item, fields[name], name, path, schemas, errors)
 
@@ -116,10 +144,6 @@ def _field(key: str, value: Any, field: dict, json_name: str, parent: str, schem
                                "Proto field is not repeating, cannot start list."))
         return
     if field.get("repeated"):
-        if not isinstance(value, list):
-            # assumed: Google's wording for a non-list value of a repeated field is not on record
-            errors.append(_invalid(path, _type_name(field, schemas), _render(value)))
-            return
         for i, item in enumerate(value):
             _single(item, field, json_name, f"{path}[{i}]", parent, schemas, errors)
         return
