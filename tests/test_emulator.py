@@ -320,6 +320,28 @@ def test_job_on_busy_persistent_pool_waits_then_runs(vertex, emulator):
     assert vertex.state(first) == "SUCCEEDED" and vertex.state(second) in ("PENDING", "RUNNING")
 
 
+@pytest.mark.parametrize("declared, expect", [("hyperdisk-balanced", 200), ("pd-ssd", 400)])
+def test_a3_ultra_job_without_disk_spec_fits_by_its_default_disk(vertex, emulator, declared, expect):
+    # DiskSpec.boot_disk_type (machine_resources.proto): A3 Ultra defaults to hyperdisk-balanced
+    body = {"displayName": "h200 pool", "resourcePools": [{
+        "id": "h200s", "machineSpec": {"machineType": "a3-ultragpu-8g", "acceleratorType": "NVIDIA_H200_141GB",
+                                       "acceleratorCount": 8},
+        "replicaCount": "1", "diskSpec": {"bootDiskType": declared}}]}
+    vertex.call("persistentResources.create", "POST", f"{vertex.parent}/persistentResources",
+                params={"persistentResourceId": "h200"}, json=body)
+    emulator.advance(61)
+    spec = job(machine="a3-ultragpu-8g", accelerator="NVIDIA_H200_141GB", count=8)
+    spec["jobSpec"]["persistentResourceId"] = "h200"
+    del spec["jobSpec"]["scheduling"]
+    answer = vertex.create(spec, expect=expect)
+    if expect == 400:
+        assert answer["error"]["status"] == "FAILED_PRECONDITION"
+        assert "on hyperdisk-balanced" in answer["error"]["message"] and "h200s:" in answer["error"]["message"]
+    else:
+        emulator.advance(5)
+        assert vertex.state(answer["name"]) == "RUNNING"
+
+
 def test_persistent_mismatch_is_rejected_naming_the_pool_and_field(vertex, emulator):
     _make_pool(vertex, emulator)
     error = vertex.create(_pool_job(replicas=5), expect=400)["error"]
