@@ -211,6 +211,55 @@ def test_spot_preemptions_restart_six_times_then_stockout(vertex, emulator):
     assert emulator.stats()["preemptions"] == 7
 
 
+# ---------------------------------------------------------------------------- assumed-behaviour variants
+
+
+def test_invisible_spot_restarts_stay_running_until_the_final_stockout(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "variants": {"spotRestarts": "invisible", "errorDetails": "message_only"}})
+    name = vertex.create(job("SPOT", run_seconds=3600))["name"]
+    emulator.advance(40)
+    for _ in range(6):
+        assert emulator.preempt(name)["state"] == "JOB_STATE_RUNNING"
+        emulator.advance(40)
+        assert vertex.state(name) == "RUNNING"
+    emulator.preempt(name)
+    failed = vertex.get(name)
+    assert failed["state"] == "JOB_STATE_FAILED" and "STOCKOUT" in failed["error"]["message"]
+    assert "details" not in failed["error"]  # message_only: code and message, no ErrorInfo
+    assert [h["state"] for h in emulator.history(name)["history"]] == [
+        "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"]
+
+
+def test_invisible_restart_costs_provisioning_time_but_keeps_progress(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "variants": {"spotRestarts": "invisible"}})
+    name = vertex.create(job("SPOT", run_seconds=100))["name"]
+    emulator.advance(31 + 60)
+    emulator.preempt(name)
+    emulator.advance(30 + 35)  # 30 s of new VMs, then 35 of the 40 s left
+    assert vertex.state(name) == "RUNNING"
+    emulator.advance(10)
+    assert vertex.state(name) == "SUCCEEDED"
+
+
+def test_flex_start_expiry_variant_expired_has_no_error_and_no_end_time(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "variants": {"flexStartExpiry": "expired",
+                                                         "flexStartWaitingState": "JOB_STATE_PENDING"}})
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    name = vertex.create(job("FLEX_START", maxWaitDuration="1800s"))["name"]
+    assert vertex.state(name) == "PENDING"  # the waiting-state variant, from the create on
+    emulator.advance(1799)
+    assert vertex.state(name) == "PENDING"
+    emulator.advance(2)
+    expired = vertex.get(name)
+    # custom_job.proto: error only for FAILED/CANCELLED; endTime only for SUCCEEDED/FAILED/CANCELLED
+    assert expired["state"] == "JOB_STATE_EXPIRED" and "error" not in expired and "endTime" not in expired
+
+
+def test_an_unknown_variant_is_refused(emulator):
+    with pytest.raises(RuntimeError, match="spotRestarts"):
+        emulator.reset({"variants": {"spotRestarts": "sometimes"}})
+
+
 def test_preempted_spot_job_keeps_its_progress(vertex, emulator):
     name = vertex.create(job("SPOT", run_seconds=100))["name"]
     emulator.advance(31 + 60)  # queued 1 s, provisioning 30 s, then 60 s of its 100 s run
