@@ -31,7 +31,9 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     """One attempt, JSON-safe, as the submission ledger keeps it (XCom shows ATTEMPT_KEYS).
     ``job`` is a custom job or another job type's CustomJob view (:mod:`job_types`), whose
     ``gpu_hours`` it gives when the run time x GPUs of the job does not tell them."""
-    queued_until = job.start_time or job.end_time
+    # A job that never ran and has no endTime (EXPIRED: the proto sets endTime only for
+    # SUCCEEDED/FAILED/CANCELLED) waited until its last update.
+    queued_until = job.start_time or job.end_time or (job.update_time if job.state and job.state.is_terminal() else None)
     run = _seconds(job.start_time, job.end_time)
     if gpu_hours is None:
         gpu_hours = round(gpus_of(job.job_spec) * run / 3600.0, 4)
