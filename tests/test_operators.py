@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from airflow_gpu_sched.accounting import ATTEMPT_KEYS, RESULT_KEYS
+from airflow_gpu_sched.accounting import ATTEMPT_KEYS, RESULT_KEYS, summary_table
 from airflow_gpu_sched.errors import (
     CapacityWaitExpired,
     InvalidTrainingSpec,
@@ -76,6 +76,7 @@ def test_flex_start_result_has_exactly_the_documented_figures(fast_emulator):
     assert result["gpu_hours"] == pytest.approx(8 * result["run_seconds"] / 3600, rel=1e-3)
     assert result["console_url"].endswith(f"/training/{result['job_name'].rsplit('/', 1)[1]}/cpu?project={PROJECT}")
     assert result["base_output_dir"] == "gs://bucket/run-1"
+    assert result["preemptions"] == 0 and result["preemptions_lower_bound"] is False  # no SPOT: exact
     assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
@@ -124,7 +125,8 @@ def test_spot_preempted_past_the_restarts_is_resubmitted_and_succeeds(variant_em
     assert "STOCKOUT" in result["attempts"][0]["error"]
     assert stats["jobsCreated"] == {"SPOT": 2} and stats["preemptions"] == 2
     # what the poller saw: the final stockout always, the service's restart only if visible and polled
-    assert 1 <= result["preemptions"] <= stats["preemptions"]
+    assert 1 <= result["preemptions"] <= stats["preemptions"] and result["preemptions_lower_bound"] is True
+    assert "preemptions observed" in summary_table(result) and "lower bound" in summary_table(result)
 
 
 def _recorded(store: Store, job_name: str | None, key: str | None = None) -> Store:
