@@ -44,7 +44,8 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     ``gpu_hours`` it gives when the run time x GPUs of the job does not tell them."""
     # A job that never ran and has no endTime (EXPIRED: the proto sets endTime only for
     # SUCCEEDED/FAILED/CANCELLED) waited until its last update.
-    queued_until = job.start_time or job.end_time or (job.update_time if job.state and job.state.is_terminal() else None)
+    ended = job.end_time or (job.update_time if job.state and job.state.is_terminal() else None)
+    queued_until = job.start_time or ended
     run = _seconds(job.start_time, job.end_time)
     if gpu_hours is None:
         gpu_hours = round(gpus_of(job.job_spec) * run / 3600.0, 4)

@@ -6,8 +6,9 @@ their own patterns without a release through the Airflow option ``[gpu_sched] fa
 (env ``AIRFLOW__GPU_SCHED__FAILURE_PATTERNS``): a JSON object
 ``{"preempted": ["regex", ...], "capacity_timeout": [...], "quota_exceeded": [...], "failed": [...]}``.
 Their patterns are checked first (against the message and each ErrorInfo reason), then the
-built-in reasons, then the built-in message patterns. The option is read on first use (not at import: the triggerer and the workers both
-classify, each reads its own config) and cached for the process.
+built-in reasons, then the built-in message patterns. The option is read on first use (not at
+import: the triggerer and the workers both classify, each reads its own config) and cached for
+the process.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def parse_user_patterns(text: str | None) -> dict[str, tuple[re.Pattern, ...]]:
             try:
                 compiled.append(re.compile(pattern, re.I))
             except re.error as exc:
-                raise FailurePatternsError(f"{where}: {kind!r} pattern {pattern!r} is not a valid regex: {exc}") from None
+                raise FailurePatternsError(
+                    f"{where}: {kind!r} pattern {pattern!r} is not a valid regex: {exc}") from None
         found[kind] = tuple(compiled)
     return found
 
