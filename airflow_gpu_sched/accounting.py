@@ -1,9 +1,19 @@
 """Wait, run and GPU-hour figures per attempt and per task, from the jobs' own timestamps.
 
-- queued_seconds: createTime -> startTime (first RUNNING), or -> endTime for a job that never ran;
-- run_seconds: startTime -> endTime (for a SPOT job this includes the gaps of the service's
-  own restarts, which the API does not show apart);
-- gpu_hours: accelerators per replica x replicas x run time, summed over the job's pools.
+What each figure is, given what the API can tell (no figure claims more):
+- queued_seconds: createTime -> startTime (first RUNNING), or -> endTime for a job that never
+  ran (-> its last updateTime if it has no endTime, as an EXPIRED job); it includes VM
+  provisioning (PENDING), which the API does not time apart;
+- run_seconds: startTime -> endTime; for a SPOT job this includes the gaps of the service's
+  own restarts, which the API does not show apart;
+- gpu_hours: accelerators per replica x replicas x run_seconds, summed over the job's pools: an
+  estimate of GPU time held from the timestamps, not Google's bill (it counts SPOT restart gaps,
+  which Google does not bill, and not the provisioning before startTime);
+- cost: gpu_hours x the user's price table: an estimate, never an invoice;
+- preemptions: the preemptions the poller *observed*: each final STOCKOUT (exact) plus the
+  service's restarts it saw as RUNNING -> QUEUED/PENDING between two polls. A restart between
+  polls, or one the service does not show at all, is not counted: with any SPOT attempt the
+  figure is a lower bound (``preemptions_lower_bound``: true).
 """
 
 from __future__ import annotations
@@ -14,7 +24,8 @@ from typing import Any
 from airflow_gpu_sched.job_types import job_type_of
 from airflow_gpu_sched.models import CustomJob, CustomJobSpec, format_timestamp
 
-RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "queued_seconds",
+RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "preemptions_lower_bound",
+               "queued_seconds",
                "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir")
 ATTEMPT_KEYS = ("job_name", "strategy", "location", "state", "create_time", "start_time", "end_time",
                 "queued_seconds", "run_seconds", "gpu_hours", "cost", "error")
@@ -31,7 +42,10 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     """One attempt, JSON-safe, as the submission ledger keeps it (XCom shows ATTEMPT_KEYS).
     ``job`` is a custom job or another job type's CustomJob view (:mod:`job_types`), whose
     ``gpu_hours`` it gives when the run time x GPUs of the job does not tell them."""
-    queued_until = job.start_time or job.end_time
+    # A job that never ran and has no endTime (EXPIRED: the proto sets endTime only for
+    # SUCCEEDED/FAILED/CANCELLED) waited until its last update.
+    ended = job.end_time or (job.update_time if job.state and job.state.is_terminal() else None)
+    queued_until = job.start_time or ended
     run = _seconds(job.start_time, job.end_time)
     if gpu_hours is None:
         gpu_hours = round(gpus_of(job.job_spec) * run / 3600.0, 4)
@@ -113,7 +127,8 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "state": last["state"],
         "strategy": last["strategy"],
         "attempts": shown,
-        "preemptions": preemptions,
+        "preemptions": preemptions,  # observed; see preemptions_lower_bound
+        "preemptions_lower_bound": preemptions_may_be_undercounted(attempts),
         "queued_seconds": round(sum(a["queued_seconds"] for a in attempts), 3),
         "run_seconds": round(sum(a["run_seconds"] for a in attempts), 3),
         "gpu_hours": round(sum(a["gpu_hours"] for a in attempts), 4),
@@ -123,6 +138,11 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "base_output_dir": base_output_dir,
         **(outputs or {}),
     }
+
+
+def preemptions_may_be_undercounted(attempts: list[dict[str, Any]]) -> bool:
+    """True when an attempt ran on SPOT: the service's own restarts may have gone unseen."""
+    return any(a.get("strategy") == "SPOT" and a.get("job_name") for a in attempts)
 
 
 def summary_table(result: dict[str, Any]) -> str:
@@ -136,4 +156,8 @@ def summary_table(result: dict[str, Any]) -> str:
                  f"{result['gpu_hours']:.3f}",
                  "" if result["cost"] is None else f"{result['cost']:.2f} {result['currency'] or ''}".strip()))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    table = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    if result.get("preemptions_lower_bound"):
+        table += (f"\npreemptions observed: {result['preemptions']} (a lower bound: the service's restarts "
+                  "between polls, or not shown by the API, are not counted)")
+    return table

@@ -1,7 +1,7 @@
 """Which accelerators each machine type carries, and which ones each strategy accepts.
 
 Data only; the rules that use it are in :mod:`airflow_gpu_sched.rules`. Source: the table
-in ``shared/vertex-api.md`` (A2, A3, A4, G2) plus N1 (the attachable older GPUs) and TPUs.
+in ``shared/vertex-api.md`` (A2, A3, A4, G2) plus N1 (the attachable older GPUs) and TPUs (sources by each table).
 """
 
 from __future__ import annotations
@@ -50,14 +50,21 @@ N1_ATTACHABLE: dict[A, tuple[int, ...]] = {
     A.NVIDIA_TESLA_P4: (1, 2, 4),
 }
 
-# TPUs run on their own machine types.
-TPU_MACHINES: dict[str, MachineGpus] = {
-    "cloud-tpu": MachineGpus(A.TPU_V2, (8,)),
-    "cloud-tpu-v3": MachineGpus(A.TPU_V3, (8,)),
-    "ct4p-hightpu-4t": MachineGpus(A.TPU_V4_POD, (4,)),
-    "ct5lp-hightpu-1t": MachineGpus(A.TPU_V5_LITEPOD, (1,)),
-    "ct5lp-hightpu-4t": MachineGpus(A.TPU_V5_LITEPOD, (4,)),
-    "ct5lp-hightpu-8t": MachineGpus(A.TPU_V5_LITEPOD, (8,)),
+# TPUs run on their own machine types. ``cloud-tpu`` takes TPU_V2 or TPU_V3, counted in TPU cores:
+# 8 (one device, v2-8/v3-8) or a Pod slice. Sources: google-cloud-aiplatform's own unit tests
+# submit ``cloud-tpu`` with TPU_V3 x 32 (tests/unit/aiplatform/constants.py,
+# _TEST_TPU_V3_WORKER_POOL_SPEC); Cloud TPU's docs (tpu/docs/v2, v3) name the slice sizes in
+# cores: v2 up to 512, v3 up to 2048. There is no ``cloud-tpu-v3`` machine type.
+TPU_CORE_COUNTS: dict[A, tuple[int, ...]] = {
+    A.TPU_V2: (8, 32, 128, 256, 512),
+    A.TPU_V3: (8, 32, 64, 128, 256, 512, 1024, 2048),
+}
+TPU_MACHINES: dict[str, dict[A, tuple[int, ...]]] = {
+    "cloud-tpu": dict(TPU_CORE_COUNTS),
+    "ct4p-hightpu-4t": {A.TPU_V4_POD: (4,)},
+    "ct5lp-hightpu-1t": {A.TPU_V5_LITEPOD: (1,)},
+    "ct5lp-hightpu-4t": {A.TPU_V5_LITEPOD: (4,)},
+    "ct5lp-hightpu-8t": {A.TPU_V5_LITEPOD: (8,)},
 }
 
 # FLEX_START (Dynamic Workload Scheduler): L4, A100 (40/80 GB), H100 (80 GB/Mega), H200, B200.
@@ -66,10 +73,34 @@ FLEX_START_ACCELERATORS: frozenset[A] = frozenset({
     A.NVIDIA_H100_MEGA_80GB, A.NVIDIA_H200_141GB, A.NVIDIA_B200,
 })
 
-# SPOT training runs on the A2 and A3 machine series only.
+# SPOT training runs on the A2 and A3 machine series only: seed 001 (shared/seeds/001_*.txt,
+# Google's "Use Spot VMs with training" page, "Limitações e requisitos"). The one place every
+# rule reads; if Google widens it, add the series here.
 SPOT_MACHINE_SERIES: tuple[str, ...] = ("a2", "a3")
 
+# DiskSpec.bootDiskType (machine_resources.proto, and the discovery document): "For non-A3U
+# machines, the default value is "pd-ssd", for A3U machines, the default value is
+# "hyperdisk-balanced"". A3U = A3 Ultra = a3-ultragpu-*; A4 is not named, so it keeps pd-ssd.
 BOOT_DISK_TYPES: frozenset[str] = frozenset({"pd-ssd", "pd-standard", "hyperdisk-balanced"})
+HYPERDISK_DEFAULT_PREFIXES: tuple[str, ...] = ("a3-ultragpu-",)
+
+
+def default_boot_disk_type(machine_type: str | None) -> str:
+    """The boot disk a machine type gets when its pool sets no ``diskSpec.bootDiskType``."""
+    if machine_type and machine_type.lower().startswith(HYPERDISK_DEFAULT_PREFIXES):
+        return "hyperdisk-balanced"
+    return "pd-ssd"
+
+
+def effective_boot_disk_type(machine_type: str | None, boot_disk_type: str | None) -> str:
+    return boot_disk_type or default_boot_disk_type(machine_type)
+
+
+def spot_series_text() -> str:
+    """"the A2 and A3 machine series", from :data:`SPOT_MACHINE_SERIES` (for messages)."""
+    names = [s.upper() for s in SPOT_MACHINE_SERIES]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"the {listed} machine series"
 
 
 def machine_series(machine_type: str) -> str:
@@ -78,9 +109,11 @@ def machine_series(machine_type: str) -> str:
 
 def accelerators_for(machine_type: str) -> dict[A, tuple[int, ...]]:
     """Accelerators (with allowed counts) a machine type takes; empty for CPU-only types."""
-    fixed = BUILT_IN_GPUS.get(machine_type) or TPU_MACHINES.get(machine_type)
+    fixed = BUILT_IN_GPUS.get(machine_type)
     if fixed:
         return {fixed.accelerator: fixed.counts}
+    if machine_type in TPU_MACHINES:
+        return dict(TPU_MACHINES[machine_type])
     if machine_series(machine_type) == "n1":
         return dict(N1_ATTACHABLE)
     return {}

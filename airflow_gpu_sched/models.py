@@ -370,7 +370,7 @@ class DiskSpec(VertexModel):
     boot_disk_type: str | None = None
     boot_disk_size_gb: int | None = None
 
-    DEFAULT_TYPE: ClassVar[str] = "pd-ssd"
+    # The default type depends on the machine type: catalog.default_boot_disk_type.
     DEFAULT_SIZE_GB: ClassVar[int] = 100
 
 

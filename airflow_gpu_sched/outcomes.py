@@ -4,16 +4,17 @@ The triggers (async) and the operators' sync mode both turn a finished job into 
 closed set of :class:`Event` kinds with :func:`event_for_job`, and the operator validates
 what it receives with :func:`validate_event`. :func:`classify_failure` is the one classifier
 that tells a preemption/stockout or an expired capacity wait from a failure of the user's
-code; it reads the ``google.rpc.ErrorInfo`` reason when the service gives one, else the
-message, matched against the phrasings Vertex AI uses (tests hold real-shaped examples).
+code; it reads the user's patterns, the ``google.rpc.ErrorInfo`` reason when the service gives
+one, else the message, matched against the phrasings Vertex AI uses (the data:
+:mod:`airflow_gpu_sched.failure_patterns`; tests hold real-shaped examples).
 """
 
 from __future__ import annotations
 
 import enum
-import re
 from typing import Any
 
+from airflow_gpu_sched import failure_patterns
 from airflow_gpu_sched.models import CustomJob, JobState, Status
 
 
@@ -32,34 +33,27 @@ JOB_EVENTS = frozenset({Event.SUCCEEDED, Event.FAILED, Event.CANCELLED, Event.PR
                         Event.CAPACITY_TIMEOUT, Event.QUOTA_EXCEEDED, Event.ERROR})
 CAPACITY_EVENTS = frozenset({Event.CAPACITY_AVAILABLE, Event.CAPACITY_TIMEOUT, Event.FAILED, Event.ERROR})
 
-_PREEMPTION = re.compile(r"stockout|preempt|resources are insufficient|spot vm|capacity was reclaimed", re.I)
-_WAIT_EXPIRED = re.compile(r"maxWaitDuration|max_wait_duration|capacity wait|could not be scheduled "
-                           r"within|could not get its resources", re.I)
-_QUOTA = re.compile(r"quota metrics exceed quota limits|exceeds? (the )?quota|insufficient quota", re.I)
-_USER_CODE = re.compile(r"exited with a non-zero status|non-zero exit", re.I)
-_PREEMPTION_REASONS = {"STOCKOUT", "SPOT_PREEMPTED", "PREEMPTED", "ZONE_RESOURCE_POOL_EXHAUSTED"}
-_WAIT_REASONS = {"FLEX_START_WAIT_EXPIRED", "MAX_WAIT_DURATION_EXCEEDED"}
+_KIND_EVENT = {"failed": Event.FAILED, "capacity_timeout": Event.CAPACITY_TIMEOUT,
+               "quota_exceeded": Event.QUOTA_EXCEEDED, "preempted": Event.PREEMPTED}
 
 
 def classify_failure(error: Status | None) -> Event:
-    """FAILED job -> PREEMPTED, CAPACITY_TIMEOUT, QUOTA_EXCEEDED or FAILED (user code and the rest)."""
+    """FAILED job -> PREEMPTED, CAPACITY_TIMEOUT, QUOTA_EXCEEDED or FAILED (user code and the rest).
+    The reasons and patterns are data in :mod:`airflow_gpu_sched.failure_patterns`, which users
+    extend with the ``[gpu_sched] failure_patterns`` option."""
     if error is None:
         return Event.FAILED
-    reasons = {str(d.get("reason", "")) for d in (error.details or []) if isinstance(d, dict)}
-    if reasons & _PREEMPTION_REASONS:
-        return Event.PREEMPTED
-    if reasons & _WAIT_REASONS:
-        return Event.CAPACITY_TIMEOUT
+    reasons = frozenset(str(d.get("reason", "")) for d in (error.details or []) if isinstance(d, dict)) - {""}
     message = error.message or ""
-    if _USER_CODE.search(message):  # user code first: its own logs may mention anything
-        return Event.FAILED
-    if _WAIT_EXPIRED.search(message):
-        return Event.CAPACITY_TIMEOUT
-    if _QUOTA.search(message):  # checked before the stockout words: a quota message is not a stockout
-        return Event.QUOTA_EXCEEDED
-    if _PREEMPTION.search(message):
-        return Event.PREEMPTED
-    return Event.FAILED
+    known = failure_patterns.patterns()
+    kind = known.user_kind(message, reasons)  # the user's patterns first: a config change wins
+    if kind is None:
+        if reasons & failure_patterns.PREEMPTED_REASONS:
+            return Event.PREEMPTED
+        if reasons & failure_patterns.WAIT_EXPIRED_REASONS:
+            return Event.CAPACITY_TIMEOUT
+        kind = known.built_in_kind(message)
+    return _KIND_EVENT[kind] if kind else Event.FAILED
 
 
 def event_kind(job: CustomJob) -> Event | None:
@@ -73,7 +67,12 @@ def event_kind(job: CustomJob) -> Event | None:
         return Event.CANCELLED
     if state is JobState.JOB_STATE_FAILED:
         return classify_failure(job.error)
-    return Event.FAILED  # EXPIRED, PARTIALLY_SUCCEEDED: not a success we can vouch for
+    if state is JobState.JOB_STATE_EXPIRED and job.start_time is None:
+        # Google does not say what a FLEX_START job shows when maxWaitDuration runs out: FAILED
+        # (classified by its error) or EXPIRED. An EXPIRED job that never ran waited for
+        # capacity and got none: a capacity outcome, never the user's failure.
+        return Event.CAPACITY_TIMEOUT
+    return Event.FAILED  # EXPIRED after running, PARTIALLY_SUCCEEDED: not a success we can vouch for
 
 
 def event_for_job(job: CustomJob, observed_restarts: int = 0) -> dict[str, Any]:

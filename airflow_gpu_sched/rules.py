@@ -25,6 +25,7 @@ from airflow_gpu_sched.models import (
     CUSTOM_TASK_DEFINITION,
     CustomJob,
     CustomJobSpec,
+    DiskSpec,
     GoalType,
     MachineSpec,
     PersistentResource,
@@ -189,11 +190,16 @@ def _check_machine(machine: MachineSpec | None, path: str) -> list[Violation]:
                           "set acceleratorType and acceleratorCount together, or neither")]
     carried = catalog.accelerators_for(machine.machine_type)
     if accelerator is None:
-        builtin = catalog.BUILT_IN_GPUS.get(machine.machine_type) or catalog.TPU_MACHINES.get(machine.machine_type)
+        builtin = catalog.BUILT_IN_GPUS.get(machine.machine_type)
         if builtin:
             return [Violation(f"{path}.acceleratorType",
                               f"{machine.machine_type!r} carries {builtin.counts[0]} x {builtin.accelerator.value}: "
                               "set acceleratorType and acceleratorCount to match")]
+        if machine.machine_type in catalog.TPU_MACHINES:
+            offered = "; ".join(f"{a.value} x {list(c)}" for a, c in carried.items())
+            return [Violation(f"{path}.acceleratorType",
+                              f"{machine.machine_type!r} is a TPU machine type: set acceleratorType and "
+                              f"acceleratorCount ({offered})")]
         return []
     if not accelerator.is_known or accelerator.value == "ACCELERATOR_TYPE_UNSPECIFIED":
         return [Violation(f"{path}.acceleratorType", f"{accelerator.value!r} is not a known accelerator type")]
@@ -266,7 +272,7 @@ def _check_spot(spec: CustomJobSpec, path: str) -> list[Violation]:
                                    "SPOT cannot be used with TPUs; use STANDARD for TPU training"))
         elif machine.machine_type and catalog.machine_series(machine.machine_type) not in catalog.SPOT_MACHINE_SERIES:
             found.append(Violation(f"{machine_path}.machineType",
-                                   f"SPOT training runs on the A2 and A3 machine series only "
+                                   f"SPOT training runs on {catalog.spot_series_text()} only "
                                    f"(got {machine.machine_type!r})"))
     return found
 
@@ -319,10 +325,12 @@ class PersistentFit:
         return not self.mismatches and not self.shortages
 
 
-def _pool_key(machine: MachineSpec | None, disk_type: str | None) -> tuple:
+def _pool_key(machine: MachineSpec | None, disk: DiskSpec | None) -> tuple:
+    # Compare effective disk types: a pool with no diskSpec has its machine type's default
+    # (pd-ssd, or hyperdisk-balanced on A3 Ultra), on the job's side and the resource's alike.
     machine = machine or MachineSpec()
     return (machine.machine_type, machine.accelerator_type, machine.accelerator_count or None,
-            disk_type or "pd-ssd")
+            catalog.effective_boot_disk_type(machine.machine_type, disk.boot_disk_type if disk else None))
 
 
 def check_persistent_fit(spec: CustomJobSpec, resource: PersistentResource,
@@ -333,14 +341,14 @@ def check_persistent_fit(spec: CustomJobSpec, resource: PersistentResource,
     wanted_per_pool: dict[str, int] = {}
     for index, pool in spec.active_pools():
         pool_path = f"{path}.workerPoolSpecs[{index}]"
-        key = _pool_key(pool.machine_spec, pool.disk_spec.boot_disk_type if pool.disk_spec else None)
+        key = _pool_key(pool.machine_spec, pool.disk_spec)
         match = next((rp for rp in resource.resource_pools
-                      if _pool_key(rp.machine_spec, rp.disk_spec.boot_disk_type if rp.disk_spec else None) == key),
+                      if _pool_key(rp.machine_spec, rp.disk_spec) == key),
                      None)
         if match is None:
             machine_type, accelerator, count, disk = key
             offered = "; ".join(
-                f"{rp.id}: {_describe(_pool_key(rp.machine_spec, rp.disk_spec.boot_disk_type if rp.disk_spec else None))}"
+                f"{rp.id}: {_describe(_pool_key(rp.machine_spec, rp.disk_spec))}"
                 for rp in resource.resource_pools) or "none"
             fit.mismatches.append(Violation(
                 f"{pool_path}.machineSpec",

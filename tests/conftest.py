@@ -76,3 +76,26 @@ def with_a100_pool(resource_id: str = "pool-a", replicas: int = 1) -> dict:
         "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}
     return {**FAST, "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": resource_id,
                                              "resource": {"displayName": resource_id, "resourcePools": [pool]}}]}
+
+
+# The emulator's assumed behaviours (Scenario.variants, docs/fidelity.md): the operators must
+# decide the same way under each. "as-today" is the default; the others change one assumption,
+# "all-alternatives" every one at once.
+VARIANTS = {
+    "as-today": {},
+    "spot-restarts-invisible": {"spotRestarts": "invisible"},
+    "errors-message-only": {"errorDetails": "message_only"},
+    "flex-expiry-expired": {"flexStartExpiry": "expired"},
+    "flex-waits-pending": {"flexStartWaitingState": "JOB_STATE_PENDING"},
+    "all-alternatives": {"spotRestarts": "invisible", "errorDetails": "message_only",
+                         "flexStartExpiry": "expired", "flexStartWaitingState": "JOB_STATE_PENDING"},
+}
+
+
+@pytest.fixture(params=list(VARIANTS.values()), ids=list(VARIANTS))
+def variant_emulator(vertex_conn, request) -> EmulatorControl:
+    """:func:`fast_emulator` under each variant of the assumed behaviours; ``.scenario`` is
+    the scenario it was reset with (reset with ``{**emulator.scenario, ...}`` to keep the variant)."""
+    vertex_conn.scenario = {**FAST, "variants": request.param}
+    vertex_conn.reset(vertex_conn.scenario)
+    return vertex_conn

@@ -212,6 +212,55 @@ def test_spot_preemptions_restart_six_times_then_stockout(vertex, emulator):
     assert emulator.stats()["preemptions"] == 7
 
 
+# ---------------------------------------------------------------------------- assumed-behaviour variants
+
+
+def test_invisible_spot_restarts_stay_running_until_the_final_stockout(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "variants": {"spotRestarts": "invisible", "errorDetails": "message_only"}})
+    name = vertex.create(job("SPOT", run_seconds=3600))["name"]
+    emulator.advance(40)
+    for _ in range(6):
+        assert emulator.preempt(name)["state"] == "JOB_STATE_RUNNING"
+        emulator.advance(40)
+        assert vertex.state(name) == "RUNNING"
+    emulator.preempt(name)
+    failed = vertex.get(name)
+    assert failed["state"] == "JOB_STATE_FAILED" and "STOCKOUT" in failed["error"]["message"]
+    assert "details" not in failed["error"]  # message_only: code and message, no ErrorInfo
+    assert [h["state"] for h in emulator.history(name)["history"]] == [
+        "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"]
+
+
+def test_invisible_restart_costs_provisioning_time_but_keeps_progress(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "variants": {"spotRestarts": "invisible"}})
+    name = vertex.create(job("SPOT", run_seconds=100))["name"]
+    emulator.advance(31 + 60)
+    emulator.preempt(name)
+    emulator.advance(30 + 35)  # 30 s of new VMs, then 35 of the 40 s left
+    assert vertex.state(name) == "RUNNING"
+    emulator.advance(10)
+    assert vertex.state(name) == "SUCCEEDED"
+
+
+def test_flex_start_expiry_variant_expired_has_no_error_and_no_end_time(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "variants": {"flexStartExpiry": "expired",
+                                                         "flexStartWaitingState": "JOB_STATE_PENDING"}})
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    name = vertex.create(job("FLEX_START", maxWaitDuration="1800s"))["name"]
+    assert vertex.state(name) == "PENDING"  # the waiting-state variant, from the create on
+    emulator.advance(1799)
+    assert vertex.state(name) == "PENDING"
+    emulator.advance(2)
+    expired = vertex.get(name)
+    # custom_job.proto: error only for FAILED/CANCELLED; endTime only for SUCCEEDED/FAILED/CANCELLED
+    assert expired["state"] == "JOB_STATE_EXPIRED" and "error" not in expired and "endTime" not in expired
+
+
+def test_an_unknown_variant_is_refused(emulator):
+    with pytest.raises(RuntimeError, match="spotRestarts"):
+        emulator.reset({"variants": {"spotRestarts": "sometimes"}})
+
+
 def test_preempted_spot_job_keeps_its_progress(vertex, emulator):
     name = vertex.create(job("SPOT", run_seconds=100))["name"]
     emulator.advance(31 + 60)  # queued 1 s, provisioning 30 s, then 60 s of its 100 s run
@@ -339,6 +388,28 @@ def test_job_on_busy_persistent_pool_waits_then_runs(vertex, emulator):
     assert used == "2"
     emulator.advance(600)
     assert vertex.state(first) == "SUCCEEDED" and vertex.state(second) in ("PENDING", "RUNNING")
+
+
+@pytest.mark.parametrize("declared, expect", [("hyperdisk-balanced", 200), ("pd-ssd", 400)])
+def test_a3_ultra_job_without_disk_spec_fits_by_its_default_disk(vertex, emulator, declared, expect):
+    # DiskSpec.boot_disk_type (machine_resources.proto): A3 Ultra defaults to hyperdisk-balanced
+    body = {"displayName": "h200 pool", "resourcePools": [{
+        "id": "h200s", "machineSpec": {"machineType": "a3-ultragpu-8g", "acceleratorType": "NVIDIA_H200_141GB",
+                                       "acceleratorCount": 8},
+        "replicaCount": "1", "diskSpec": {"bootDiskType": declared}}]}
+    vertex.call("persistentResources.create", "POST", f"{vertex.parent}/persistentResources",
+                params={"persistentResourceId": "h200"}, json=body)
+    emulator.advance(61)
+    spec = job(machine="a3-ultragpu-8g", accelerator="NVIDIA_H200_141GB", count=8)
+    spec["jobSpec"]["persistentResourceId"] = "h200"
+    del spec["jobSpec"]["scheduling"]
+    answer = vertex.create(spec, expect=expect)
+    if expect == 400:
+        assert answer["error"]["status"] == "FAILED_PRECONDITION"
+        assert "on hyperdisk-balanced" in answer["error"]["message"] and "h200s:" in answer["error"]["message"]
+    else:
+        emulator.advance(5)
+        assert vertex.state(answer["name"]) == "RUNNING"
 
 
 def test_persistent_mismatch_is_rejected_naming_the_pool_and_field(vertex, emulator):

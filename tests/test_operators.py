@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from airflow_gpu_sched.accounting import ATTEMPT_KEYS, RESULT_KEYS
+from airflow_gpu_sched.accounting import ATTEMPT_KEYS, RESULT_KEYS, summary_table
 from airflow_gpu_sched.errors import (
     CapacityWaitExpired,
     InvalidTrainingSpec,
@@ -76,6 +76,7 @@ def test_flex_start_result_has_exactly_the_documented_figures(fast_emulator):
     assert result["gpu_hours"] == pytest.approx(8 * result["run_seconds"] / 3600, rel=1e-3)
     assert result["console_url"].endswith(f"/training/{result['job_name'].rsplit('/', 1)[1]}/cpu?project={PROJECT}")
     assert result["base_output_dir"] == "gs://bucket/run-1"
+    assert result["preemptions"] == 0 and result["preemptions_lower_bound"] is False  # no SPOT: exact
     assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
@@ -87,25 +88,45 @@ def test_flex_start_waits_for_capacity_then_runs(fast_emulator):
     assert result["queued_seconds"] >= 290  # the emulated wait for the GPUs
 
 
-def test_flex_start_wait_expiry_fails_typed(fast_emulator):
-    fast_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=0)
+# The next tests run under every variant of the emulator's assumed behaviours (conftest.VARIANTS).
+
+
+def test_flex_start_wait_expiry_fails_typed(variant_emulator):
+    variant_emulator.reset({**variant_emulator.scenario, "speed": 1000})  # the 600 s wait in 0.6 s
+    variant_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=0)
     with pytest.raises(CapacityWaitExpired, match=r"capacity never came.*maxWaitDuration \(600s\)"):
         flex(max_wait_duration="10m").execute(context())
-    assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+    assert variant_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
-def test_user_code_failure_fails_at_once_without_resubmitting(fast_emulator):
+def test_user_code_failure_fails_at_once_without_resubmitting(variant_emulator):
     with pytest.raises(TrainingJobFailed, match="non-zero status of 3"):
         spot(env={"EMULATOR_EXIT_CODE": "3"}).execute(context())
-    assert fast_emulator.stats()["jobsCreated"] == {"SPOT": 1}
+    assert variant_emulator.stats()["jobsCreated"] == {"SPOT": 1}
 
 
-def test_spot_stockout_past_the_budget_fails_typed(fast_emulator):
-    fast_emulator.reset({**FAST, "spotPreemptionsPerHour": 3600})  # preempted about every emulated second
+def test_spot_stockout_past_the_budget_fails_typed(variant_emulator):
+    # preempted about every emulated second
+    variant_emulator.reset({**variant_emulator.scenario, "spotPreemptionsPerHour": 3600})
     with pytest.raises(PreemptionBudgetExhausted, match="max_preemption_retries=1"):
         spot(max_preemption_retries=1, env={"EMULATOR_RUN_SECONDS": "100000"}).execute(context())
-    stats = fast_emulator.stats()
+    stats = variant_emulator.stats()
     assert stats["jobsCreated"] == {"SPOT": 2} and stats["preemptions"] == 14
+
+
+def test_spot_preempted_past_the_restarts_is_resubmitted_and_succeeds(variant_emulator):
+    # Seeded preemptions (seed 7, 20/hour, 120 s runs): the first job is preempted, restarted once
+    # by the service, preempted again -> STOCKOUT; the resubmitted job runs through.
+    variant_emulator.reset({**variant_emulator.scenario, "speed": 500, "maxServiceRestarts": 1,
+                            "spotPreemptionsPerHour": 20})
+    result = spot(max_preemption_retries=1, env={"EMULATOR_RUN_SECONDS": "120"}).execute(context())
+    stats = variant_emulator.stats()
+    assert [a["state"] for a in result["attempts"]] == ["JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"]
+    assert "STOCKOUT" in result["attempts"][0]["error"]
+    assert stats["jobsCreated"] == {"SPOT": 2} and stats["preemptions"] == 2
+    # what the poller saw: the final stockout always, the service's restart only if visible and polled
+    assert 1 <= result["preemptions"] <= stats["preemptions"] and result["preemptions_lower_bound"] is True
+    assert "preemptions observed" in summary_table(result) and "lower bound" in summary_table(result)
 
 
 def _recorded(store: Store, job_name: str | None, key: str | None = None) -> Store:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from airflow_gpu_sched import failure_patterns
 from airflow_gpu_sched.models import CustomJob, Status
 from airflow_gpu_sched.outcomes import JOB_EVENTS, Event, classify_failure, event_for_job, validate_event
 
@@ -46,11 +49,59 @@ def test_classify_failure(error, expected):
 
 @pytest.mark.parametrize("state, expected", [
     ("JOB_STATE_SUCCEEDED", Event.SUCCEEDED), ("JOB_STATE_CANCELLED", Event.CANCELLED),
-    ("JOB_STATE_EXPIRED", Event.FAILED), ("JOB_STATE_PARTIALLY_SUCCEEDED", Event.FAILED),
+    ("JOB_STATE_EXPIRED", Event.CAPACITY_TIMEOUT), ("JOB_STATE_PARTIALLY_SUCCEEDED", Event.FAILED),
 ])
 def test_terminal_states_map_to_events(state, expected):
     job = CustomJob(name="projects/p/locations/l/customJobs/1", state=state)
     assert event_for_job(job)["status"] == expected.value
+
+
+def test_an_expired_job_that_ran_is_not_a_capacity_outcome():
+    job = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_EXPIRED",
+                    startTime="2026-01-01T00:00:00Z")
+    assert event_for_job(job)["status"] == Event.FAILED.value
+
+
+# ---------------------------------------------------------------------------- user patterns (config)
+
+UNKNOWN = Status(code=13, message="Zonal capacity for the accelerator was repurposed; please resubmit.")
+
+
+@pytest.fixture
+def patterns_option(monkeypatch):
+    """Set ``[gpu_sched] failure_patterns`` the way a deployment does (Airflow reads env vars)."""
+    def set_option(value):
+        monkeypatch.setenv(failure_patterns.ENV_VAR, value)
+        failure_patterns.reload()
+    yield set_option
+    monkeypatch.delenv(failure_patterns.ENV_VAR, raising=False)
+    failure_patterns.reload()
+
+
+def test_a_message_the_built_ins_do_not_know_becomes_preempted_once_configured(patterns_option):
+    assert classify_failure(UNKNOWN) is Event.FAILED  # the built-ins: never resubmitted
+    patterns_option(json.dumps({"preempted": [r"capacity .* was repurposed"]}))
+    assert classify_failure(UNKNOWN) is Event.PREEMPTED
+    # the built-ins still hold alongside
+    assert classify_failure(Status(code=8, message="The following quota metrics exceed quota limits: x")) \
+        is Event.QUOTA_EXCEEDED
+
+
+def test_user_patterns_are_checked_first_and_match_reasons(patterns_option):
+    patterns_option(json.dumps({"failed": ["^Resources are insufficient"], "capacity_timeout": ["^QUEUE_TTL$"]}))
+    assert classify_failure(Status(code=8, message="Resources are insufficient in region: us-central1")) is Event.FAILED
+    assert classify_failure(Status(code=4, message="gone", details=_info("QUEUE_TTL"))) is Event.CAPACITY_TIMEOUT
+
+
+@pytest.mark.parametrize("value, words", [
+    ("{not json", "not valid JSON"), ('["x"]', "must be a JSON object"), ('{"stockout": ["x"]}', "unknown kind 'stockout'"),
+    ('{"preempted": "x"}', "must be a list"), ('{"preempted": ["(unclosed"]}', "not a valid regex"),
+], ids=["bad-json", "not-object", "unknown-kind", "not-list", "bad-regex"])
+def test_a_bad_option_is_a_clear_error_naming_it(patterns_option, value, words):
+    patterns_option(value)
+    with pytest.raises(failure_patterns.FailurePatternsError, match=words) as raised:
+        classify_failure(UNKNOWN)
+    assert "[gpu_sched] failure_patterns" in str(raised.value) and failure_patterns.ENV_VAR in str(raised.value)
 
 
 def test_a_running_job_has_no_event():

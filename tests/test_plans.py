@@ -122,12 +122,28 @@ def test_a_deadline_no_step_can_meet_fails_with_a_deadline_error(fast_emulator):
     assert fast_emulator.stats()["requests"].get("customJobs.create", 0) == 0
 
 
-def test_a_user_code_failure_on_spot_does_not_fall_back(fast_emulator):
+# The next two run under every variant of the emulator's assumed behaviours (conftest.VARIANTS).
+
+
+def test_a_user_code_failure_on_spot_does_not_fall_back(variant_emulator):
     op = SpotTrainingOperator(task_id="t", deferrable=False, fallback=[{"strategy": "STANDARD"}],
                               env={"EMULATOR_EXIT_CODE": "1"}, **COMMON)
     with pytest.raises(TrainingJobFailed):
         op.execute(context())
-    assert fast_emulator.stats()["jobsCreated"] == {"SPOT": 1}
+    assert variant_emulator.stats()["jobsCreated"] == {"SPOT": 1}
+
+
+def test_a_flex_start_wait_that_runs_out_falls_back_to_the_next_step(variant_emulator):
+    variant_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+        {"strategy": "FLEX_START", "max_wait_duration": "60s"}, {"strategy": "STANDARD"}], **COMMON)
+    result = op.execute(context())
+    first = result["attempts"][0]
+    assert [a["strategy"] for a in result["attempts"]] == ["FLEX_START", "STANDARD"]
+    assert first["state"] in ("JOB_STATE_FAILED", "JOB_STATE_EXPIRED") and first["run_seconds"] == 0
+    assert first["queued_seconds"] >= 60  # the wait is counted even when EXPIRED has no endTime
+    assert result["state"] == "JOB_STATE_SUCCEEDED"
+    assert variant_emulator.stats()["jobsCreated"] == {"FLEX_START": 1, "STANDARD": 1}
 
 
 def test_cost_and_gpu_hours_are_the_sums_of_the_emulators_timestamps(fast_emulator):

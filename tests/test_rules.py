@@ -98,6 +98,12 @@ CASES = [
      "jobSpec.workerPoolSpecs[0].machineSpec.machineType", "A2 and A3"),
     ("spot-with-tpu", _job("SPOT", pools=[_pool("cloud-tpu", "TPU_V2", count=8)]),
      "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType", "cannot be used with TPUs"),
+    ("no-cloud-tpu-v3-machine", _job(pools=[_pool("cloud-tpu-v3", "TPU_V3", count=8)]),
+     "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType", "not supported for machine type 'cloud-tpu-v3'"),
+    ("tpu-v2-pod-of-2048", _job(pools=[_pool("cloud-tpu", "TPU_V2", count=2048)]),
+     "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorCount", "[8, 32, 128, 256, 512]"),
+    ("tpu-machine-without-accelerator", _job(pools=[_pool("cloud-tpu", None)]),
+     "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType", "TPU machine type"),
     ("persistent-resource-bad-id", _set(_job(), ("jobSpec", "persistentResourceId"), "Pool_A"),
      "jobSpec.persistentResourceId", "not a persistent resource id"),
     ("persistent-resource-with-spot", _set(_job("SPOT"), ("jobSpec", "persistentResourceId"), "pool-a"),
@@ -119,7 +125,10 @@ def test_rule_rejects_with_field_and_words(body, field, words):
     _job("FLEX_START", pools=[_pool("g2-standard-24", "NVIDIA_L4", 2), _pool("g2-standard-24", "NVIDIA_L4", 2, replicas=3)]),
     _job(pools=[_pool("n1-standard-8", "NVIDIA_TESLA_T4", 4)]), _job(pools=[_pool("e2-standard-4", None)]),
     load_seed("seed_000_flex_start.json"), load_seed("seed_001_spot.json"),
-], ids=["standard", "flex-7d-forever", "spot-a3", "flex-two-equal-pools", "n1-t4", "cpu-only", "seed-000", "seed-001"])
+    # google-cloud-aiplatform's own tests submit cloud-tpu with TPU_V3 x 32 (a v3-32 Pod slice)
+    _job(pools=[_pool("cloud-tpu", "TPU_V3", count=32)]), _job(pools=[_pool("cloud-tpu", "TPU_V2", count=8)]),
+], ids=["standard", "flex-7d-forever", "spot-a3", "flex-two-equal-pools", "n1-t4", "cpu-only", "seed-000", "seed-001",
+        "tpu-v3-32-pod", "tpu-v2-8"])
 def test_valid_specs_pass(body):
     assert check_custom_job(CustomJob.model_validate(body)) == []
 
@@ -165,3 +174,30 @@ def test_persistent_fit_tells_busy_from_never_fits():
     never = check_persistent_fit(_spec(_pool(), _pool(replicas=4)), RESOURCE)
     assert not never.fits
     assert "holds at most 4" in never.mismatches[0].rule
+
+
+def _a3_ultra_resource(disk_type):
+    pool = {"id": "h200s", "machineSpec": {"machineType": "a3-ultragpu-8g", "acceleratorType": "NVIDIA_H200_141GB",
+                                           "acceleratorCount": 8}, "replicaCount": "2"}
+    if disk_type:
+        pool["diskSpec"] = {"bootDiskType": disk_type}
+    return PersistentResource.model_validate({"name": "projects/p/locations/l/persistentResources/h200",
+                                              "resourcePools": [pool]})
+
+
+@pytest.mark.parametrize("declared, fits", [("hyperdisk-balanced", True), (None, True), ("pd-ssd", False)])
+def test_a3_ultra_pool_without_disk_spec_defaults_to_hyperdisk(declared, fits):
+    # machine_resources.proto, DiskSpec.boot_disk_type: A3U machines default to hyperdisk-balanced
+    job = _spec(_pool("a3-ultragpu-8g", "NVIDIA_H200_141GB", count=8))
+    fit = check_persistent_fit(job, _a3_ultra_resource(declared))
+    assert fit.fits is fits
+    if not fits:
+        assert "on hyperdisk-balanced" in fit.mismatches[0].rule
+
+
+def test_other_machines_still_default_to_pd_ssd():
+    from airflow_gpu_sched import catalog
+
+    assert catalog.default_boot_disk_type("a3-ultragpu-8g") == "hyperdisk-balanced"
+    assert [catalog.default_boot_disk_type(m) for m in ("a3-highgpu-8g", "a3-megagpu-8g", "a4-highgpu-8g")] == ["pd-ssd"] * 3
+    assert check_persistent_fit(_spec(_pool()), RESOURCE).fits  # a2 with no diskSpec matches the pd-ssd pool

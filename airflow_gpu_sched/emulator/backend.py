@@ -18,6 +18,12 @@ Job life cycle (the emulator's choices where Google documents none are marked *)
         "The replica workerpool0-0 exited with a non-zero status of N"
     running past scheduling.timeout -> FAILED, error code 4, reason JOB_TIMEOUT*
 A preempted job keeps its progress (it resumes from its checkpoints).
+
+Assumed behaviours come in variants (``Scenario.variants``, see docs/fidelity.md): SPOT restarts
+visible (above) or invisible (the job stays RUNNING through them, each restart costing
+``provisioning_seconds`` of no progress); errors with an ErrorInfo reason or message only;
+FLEX_START expiry as FAILED (above) or JOB_STATE_EXPIRED (no error, no endTime: the proto
+fills those for FAILED/CANCELLED only); FLEX_START waiting in QUEUED or PENDING.
 """
 
 from __future__ import annotations
@@ -275,7 +281,10 @@ class Backend(JobTypesMixin):
                 self._end(record, S.JOB_STATE_SUCCEEDED, when)
         elif kind == "preempt":
             self._preempt(record, when)
-        elif kind == "wait_expired" and record.state is S.JOB_STATE_QUEUED:
+        elif kind == "wait_expired" and record.job.name in self._queue:
+            if self.scenario.variants.flex_start_expiry == "expired":
+                self._end(record, S.JOB_STATE_EXPIRED, when)
+                return
             wait = record.job.job_spec.scheduling.max_wait_duration  # type: ignore[union-attr]
             self._fail(record, when, _error_status(
                 "DEADLINE_EXCEEDED",
@@ -289,12 +298,23 @@ class Backend(JobTypesMixin):
                 f"The job ran longer than scheduling.timeout ({format_duration(timeout)}).", "JOB_TIMEOUT"))
         elif kind == "cancelled":
             self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+        elif kind == "restarted" and record.state is S.JOB_STATE_RUNNING:
+            self._run_segment(record, when)  # an invisible restart is over: the run resumes
 
     # ------------------------------------------------------------------ transitions
 
+    def _waiting_state(self, record: JobRecord) -> JobState:
+        """The state a job waiting for capacity shows (a FLEX_START one: the scenario's variant)."""
+        if record.job.job_spec.strategy is Strategy.FLEX_START:
+            return JobState(self.scenario.variants.flex_start_waiting_state)
+        return S.JOB_STATE_QUEUED
+
     def _set_state(self, record: JobRecord, state: JobState, when: datetime) -> None:
+        """``state`` QUEUED means "waiting for capacity": the record joins the queue and shows
+        its waiting state."""
         if state is S.JOB_STATE_QUEUED:
             self._queue[record.job.name] = record
+            state = self._waiting_state(record)
         else:
             self._queue.pop(record.job.name, None)
         record.job.state = state
@@ -348,9 +368,13 @@ class Backend(JobTypesMixin):
 
     def _start_running(self, record: JobRecord, when: datetime) -> None:
         self._set_state(record, S.JOB_STATE_RUNNING, when)
-        record.running_since = when
         if record.job.start_time is None:
             record.job.start_time = when
+        self._run_segment(record, when)
+
+    def _run_segment(self, record: JobRecord, when: datetime) -> None:
+        """Run from ``when`` (fresh or after a restart): schedule its finish, timeout, preemption."""
+        record.running_since = when
         remaining = max(0.0, record.run_seconds - record.progress)
         if self.executor is not None:
             self.executor.start(record.job)  # the process's exit ends the job
@@ -378,7 +402,10 @@ class Backend(JobTypesMixin):
     def _end(self, record: JobRecord, state: JobState, when: datetime, error: Status | None = None) -> None:
         self._stop_running(record, when)
         self._release(record)
-        record.job.end_time = when
+        # The proto fills endTime and error for SUCCEEDED/FAILED/CANCELLED only (not EXPIRED).
+        record.job.end_time = when if state is not S.JOB_STATE_EXPIRED else None
+        if error is not None and error.details and self.scenario.variants.error_details == "message_only":
+            error = error.model_copy(update={"details": None})
         record.job.error = error
         self._set_state(record, state, when)
         self._admit(when)
@@ -398,6 +425,14 @@ class Backend(JobTypesMixin):
             return
         record.restarts += 1
         self.stats["serviceRestarts"] += 1
+        if self.scenario.variants.spot_restarts == "invisible":
+            # The job keeps showing RUNNING (and its capacity) while new VMs come up; the
+            # epoch bump drops its pending finish/timeout/preemption events.
+            record.holds = self.capacity.try_take(record.location, record.tier, record.demand)
+            record.epoch += 1
+            self._schedule(when + timedelta(seconds=self.scenario.provisioning_seconds), "restarted",
+                           record.job.name, record.epoch)
+            return
         self._set_state(record, S.JOB_STATE_QUEUED, when)
         record.eligible_at = when
         self._admit(when)
@@ -441,8 +476,9 @@ class Backend(JobTypesMixin):
         })
         record = JobRecord(job=job, project=project, location=location, seq=next(self._seq), tier=tier,
                            demand=demand, run_seconds=run_seconds, exit_code=exit_code,
-                           eligible_at=now + timedelta(seconds=self.scenario.queue_seconds),
-                           history=[(S.JOB_STATE_QUEUED.value, now)], owner=owner)
+                           eligible_at=now + timedelta(seconds=self.scenario.queue_seconds), owner=owner)
+        job.state = self._waiting_state(record)
+        record.history = [(job.state.value, now)]
         self.jobs[job.name] = record
         self._queue[job.name] = record
         kind = "PERSISTENT_RESOURCE" if tier == "persistent" else strategy.value

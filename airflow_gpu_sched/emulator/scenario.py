@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -71,6 +71,23 @@ class Faults(_Camel):
     after_handler_rate: float = 0.0
 
 
+class Variants(_Camel):
+    """Behaviours no public source settles, each with its plausible variants (docs/fidelity.md).
+    The defaults are the emulator's historical choices; the operator's tests pass under each."""
+
+    # What a SPOT job shows while the service restarts it after a preemption: RUNNING -> QUEUED
+    # -> PENDING -> RUNNING ("visible"), or RUNNING throughout until the final FAILED ("invisible").
+    spot_restarts: Literal["visible", "invisible"] = "visible"
+    # A failed job's error: code, message and a google.rpc.ErrorInfo reason ("error_info"), or
+    # code and message only ("message_only").
+    error_details: Literal["error_info", "message_only"] = "error_info"
+    # A FLEX_START job whose maxWaitDuration runs out: FAILED with DEADLINE_EXCEEDED ("failed"),
+    # or JOB_STATE_EXPIRED with that error ("expired").
+    flex_start_expiry: Literal["failed", "expired"] = "failed"
+    # The state a FLEX_START job shows while it waits for capacity.
+    flex_start_waiting_state: Literal["JOB_STATE_QUEUED", "JOB_STATE_PENDING"] = "JOB_STATE_QUEUED"
+
+
 class SeededPersistentResource(_Camel):
     project: str
     location: str
@@ -97,6 +114,7 @@ class Scenario(_Camel):
     quotas: list[QuotaLimit] = Field(default_factory=list)  # Cloud Quotas limits per metric and region
     default_gpu_quota: int = 64  # what the quota API reports for a metric never set (not enforced)
     faults: Faults = Field(default_factory=Faults)
+    variants: Variants = Field(default_factory=Variants)  # assumed behaviours: pick a variant
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
     # --execute: run each RUNNING job's command as a local process (see emulator/executor.py)
     execute: bool = False

@@ -48,7 +48,7 @@ from airflow_gpu_sched.errors import (
 )
 from airflow_gpu_sched.job_types import JobOptions, get_job_type, job_type_of
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
-from airflow_gpu_sched.models import CustomJob, parse_duration
+from airflow_gpu_sched.models import CustomJob, format_duration, parse_duration
 from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
 from airflow_gpu_sched.plans import (
     FlexStartStep,
@@ -612,8 +612,12 @@ class VertexTrainingOperator(BaseOperator):
                 f"SPOT job preempted past the service's restarts {preempted_here} time(s); "
                 f"max_preemption_retries={step.max_preemption_retries} spent", job.name, message)
         elif kind is Event.CAPACITY_TIMEOUT:
-            error = CapacityWaitExpired("FLEX_START capacity never came: the job waited its maxWaitDuration "
-                                        "without getting all its GPUs at once", job.name, message)
+            # Named from the job's own spec: an EXPIRED job carries no error message to quote.
+            wait = job.job_spec.scheduling.max_wait_duration if job.job_spec.scheduling else None
+            waited = f"maxWaitDuration ({format_duration(wait)})" if wait is not None else "maxWaitDuration"
+            error = CapacityWaitExpired(f"FLEX_START capacity never came: the job waited its {waited} "
+                                        "without getting all its GPUs at once", job.name,
+                                        message or f"the job ended {job.state.value}")
         else:
             error = CapacityUnavailable(f"the job ended by {kind.value}", job.name, message)
         return self.fall_back(context, ledger, error, record=None)

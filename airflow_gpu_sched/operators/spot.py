@@ -9,7 +9,7 @@ from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
 
 class SpotTrainingOperator(VertexTrainingOperator):
-    """Train with ``scheduling.strategy=SPOT`` (A2 and A3 machines only; no TPUs).
+    """Train with ``scheduling.strategy=SPOT`` (A2 and A3 machines, ``catalog.SPOT_MACHINE_SERIES``; no TPUs).
 
     Vertex AI restarts a preempted job up to six times itself. When a job still ends FAILED by
     preemption (STOCKOUT), the operator submits a new job with the same ``base_output_dir``, so

@@ -1,0 +1,116 @@
+"""What a failed job's error says, as data: the ErrorInfo reasons and message patterns that tell
+a preemption or stockout, an expired capacity wait, a quota shortfall and a user-code failure apart.
+
+:func:`airflow_gpu_sched.outcomes.classify_failure` reads these; nothing else does. Users add
+their own patterns without a release through the Airflow option ``[gpu_sched] failure_patterns``
+(env ``AIRFLOW__GPU_SCHED__FAILURE_PATTERNS``): a JSON object
+``{"preempted": ["regex", ...], "capacity_timeout": [...], "quota_exceeded": [...], "failed": [...]}``.
+Their patterns are checked first (against the message and each ErrorInfo reason), then the
+built-in reasons, then the built-in message patterns. The option is read on first use (not at
+import: the triggerer and the workers both classify, each reads its own config) and cached for
+the process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+SECTION, OPTION = "gpu_sched", "failure_patterns"
+ENV_VAR = "AIRFLOW__GPU_SCHED__FAILURE_PATTERNS"
+KINDS = ("failed", "capacity_timeout", "quota_exceeded", "preempted")  # the order messages are tried in
+
+# google.rpc.ErrorInfo reasons. Google documents none for training jobs: these are the emulator's
+# (assumed) and plausible names; a reason that is not here falls through to the message.
+PREEMPTED_REASONS = frozenset({"STOCKOUT", "SPOT_PREEMPTED", "PREEMPTED", "ZONE_RESOURCE_POOL_EXHAUSTED"})
+WAIT_EXPIRED_REASONS = frozenset({"FLEX_START_WAIT_EXPIRED", "MAX_WAIT_DURATION_EXCEEDED"})
+
+# Message patterns, by kind. Sources: "The replica workerpool1-1 exited with a non-zero status of 1"
+# (GoogleCloudPlatform/vertex-ai-samples#1504); "Resources are insufficient in region: us-central1"
+# (openreview/openreview-expertise#401); "The following quota metrics exceed quota limits: ..."
+# (vertex-ai-samples#700, #3479); STOCKOUT (Google's Spot VMs training page, seed 001). The
+# FLEX_START wait phrasings are assumed: Google documents no message for it.
+BUILT_IN: dict[str, tuple[str, ...]] = {
+    "failed": (r"exited with a non-zero status", r"non-zero exit"),
+    "capacity_timeout": (r"maxWaitDuration", r"max_wait_duration", r"capacity wait",
+                         r"could not be scheduled within", r"could not get its resources"),
+    "quota_exceeded": (r"quota metrics exceed quota limits", r"exceeds? (the )?quota", r"insufficient quota"),
+    "preempted": (r"stockout", r"preempt", r"resources are insufficient", r"spot vm", r"capacity was reclaimed"),
+}
+
+
+class FailurePatternsError(ValueError):
+    """The ``[gpu_sched] failure_patterns`` option is not what it must be."""
+
+
+@dataclass(frozen=True)
+class Patterns:
+    user: dict[str, tuple[re.Pattern, ...]]
+    built_in: dict[str, re.Pattern]
+
+    def user_kind(self, message: str, reasons: frozenset[str] = frozenset()) -> str | None:
+        """The first kind one of the user's patterns matches (in the message or a reason)."""
+        for kind in KINDS:
+            for pattern in self.user.get(kind, ()):
+                if pattern.search(message) or any(pattern.search(r) for r in reasons):
+                    return kind
+        return None
+
+    def built_in_kind(self, message: str) -> str | None:
+        """The first kind a built-in pattern matches in the message, user code first (its own
+        logs may mention anything), quota before the stockout words (a quota message is no stockout)."""
+        return next((kind for kind in KINDS if self.built_in[kind].search(message)), None)
+
+
+def _compile_built_in() -> dict[str, re.Pattern]:
+    return {kind: re.compile("|".join(BUILT_IN[kind]), re.I) for kind in KINDS}
+
+
+def parse_user_patterns(text: str | None) -> dict[str, tuple[re.Pattern, ...]]:
+    """The option's JSON -> compiled patterns; a clear error naming the option otherwise."""
+    if not text or not text.strip():
+        return {}
+    where = f"[{SECTION}] {OPTION} (env {ENV_VAR})"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FailurePatternsError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise FailurePatternsError(f"{where} must be a JSON object of kind -> list of regexes, "
+                                   f"kinds {list(KINDS)}")
+    found: dict[str, tuple[re.Pattern, ...]] = {}
+    for kind, patterns in data.items():
+        if kind not in KINDS:
+            raise FailurePatternsError(f"{where}: unknown kind {kind!r} (kinds: {list(KINDS)})")
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise FailurePatternsError(f"{where}: {kind!r} must be a list of regex strings")
+        compiled = []
+        for pattern in patterns:
+            try:
+                compiled.append(re.compile(pattern, re.I))
+            except re.error as exc:
+                raise FailurePatternsError(
+                    f"{where}: {kind!r} pattern {pattern!r} is not a valid regex: {exc}") from None
+        found[kind] = tuple(compiled)
+    return found
+
+
+def _read_option() -> str | None:
+    try:
+        from airflow.sdk import conf
+    except ImportError:  # an Airflow without the task SDK
+        from airflow.configuration import conf
+    return conf.get(SECTION, OPTION, fallback=None)
+
+
+@lru_cache(maxsize=1)
+def patterns() -> Patterns:
+    """The built-ins plus the user's, read once per process."""
+    return Patterns(user=parse_user_patterns(_read_option()), built_in=_compile_built_in())
+
+
+def reload() -> None:
+    """Forget the cached option (tests, or a long-lived process whose config changed)."""
+    patterns.cache_clear()
