@@ -1,0 +1,121 @@
+"""The checker of recorded traffic against Google's proto types: it passes Google-shaped
+exchanges and names the field of each kind of violation. Plus the recorder at the wire."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from tests.google_types import exchange_violations, format_violations, http_of_code, traffic_violations
+
+JOB = {"displayName": "x", "labels": {"team": "ml"}, "jobSpec": {
+    "workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
+                                         "acceleratorCount": 1},
+                         "replicaCount": "1", "containerSpec": {"imageUri": "gcr.io/p/t:1"}}],
+    "scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "1800s"}}}
+PIPELINE = {"displayName": "p", "trainingTaskDefinition":
+            "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml",
+            "trainingTaskInputs": {"workerPoolSpecs": JOB["jobSpec"]["workerPoolSpecs"],
+                                   "baseOutputDirectory": {"outputUriPrefix": "gs://b/o"}}}
+
+
+def exchange(rpc="customJobs.create", request=None, status=200, response=None, query=()):
+    as_text = lambda body: body if body is None or isinstance(body, str) else json.dumps(body)  # noqa: E731
+    return {"rpc": rpc, "method": "POST", "path": "projects/p/locations/l/customJobs", "query": list(query),
+            "requestBody": as_text(request), "status": status, "responseBody": as_text(response)}
+
+
+def fields(violations):
+    return [(v.part, v.field) for v in violations]
+
+
+def test_google_shaped_exchanges_pass():
+    done = {"name": "projects/p/locations/l/operations/1", "done": True,
+            "metadata": {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.CreatePersistentResourceOperationMetadata",
+                         "genericMetadata": {"createTime": "2026-01-01T00:00:00Z"}},
+            "response": {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.PersistentResource",
+                         "name": "projects/p/locations/l/persistentResources/r", "state": "RUNNING"}}
+    quota_error = {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "quota", "details": [
+        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+         "domain": "googleapis.com", "metadata": {"quota_limit": "x"}}]}}
+    assert traffic_violations([
+        exchange(request=JOB, response={**JOB, "name": "projects/p/locations/l/customJobs/1",
+                                        "state": "JOB_STATE_QUEUED", "createTime": "2026-01-01T00:00:00.5Z"}),
+        exchange("customJobs.list", query=[("filter", 'state="JOB_STATE_RUNNING"'), ("pageSize", "10")],
+                 response={"customJobs": [], "nextPageToken": "t"}),
+        exchange("customJobs.cancel", request={}, response={}),
+        exchange("operations.get", response=done),
+        exchange("trainingPipelines.create", request=PIPELINE, response=PIPELINE),
+        exchange("customJobs.create", request=JOB, status=429, response=quota_error),
+        exchange("quotaInfos.list", response={"quotaInfos": [{"name": "q", "quotaId": "x", "dimensions": ["region"],
+                                                             "dimensionsInfos": [{"details": {"value": "-1"}}]}]}),
+    ]) == []
+
+
+def test_an_unknown_field_in_a_request_body_is_named():
+    bad = json.loads(json.dumps(JOB))
+    bad["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["gpus"] = 1
+    assert fields(exchange_violations(exchange(request=bad, response=JOB))) == [
+        ("request", "CustomJob.jobSpec.workerPoolSpecs[0].machineSpec")]
+
+
+def test_response_violations_wrong_types_enums_and_any():
+    assert fields(exchange_violations(exchange(request=JOB, response={**JOB, "state": "RUNNING"}))) == [
+        ("response", "CustomJob.state")]  # a JobState is JOB_STATE_RUNNING
+    unknown_any = {"name": "o", "done": True, "response": {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.Nope"}}
+    assert fields(exchange_violations(exchange("operations.get", response=unknown_any))) == [
+        ("response", "Operation.response")]
+    assert fields(exchange_violations(exchange("customJobs.cancel", request={}, response=None))) == [
+        ("response", "<body>")]
+
+
+def test_a_custom_task_pipelines_inputs_parse_into_custom_job_spec():
+    bad = {**PIPELINE, "trainingTaskInputs": {**PIPELINE["trainingTaskInputs"], "maxWaitDuration": "60s"}}
+    violations = exchange_violations(exchange("trainingPipelines.create", request=bad, response=PIPELINE))
+    assert fields(violations) == [("request", "TrainingPipeline.trainingTaskInputs:CustomJobSpec")]
+    assert "maxWaitDuration" in violations[0].message  # it belongs in scheduling
+
+
+@pytest.mark.parametrize("error, field", [
+    ({"code": 400, "message": "m", "status": "NOT_FOUND"}, "error.status"),  # NOT_FOUND is 404
+    ({"code": 3, "message": "m", "status": "INVALID_ARGUMENT"}, "error.code"),  # the HTTP status, not the rpc code
+    ({"code": 400, "message": "m", "status": "BAD"}, "error.status"),
+    ({"code": 400, "message": "m", "status": "INVALID_ARGUMENT", "reason": "x"}, "error.reason"),
+    ({"code": 400, "message": "m", "status": "INVALID_ARGUMENT",
+      "details": [{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": [{"path": "x"}]}]},
+     "Status.details[0].fieldViolations[0]"),  # a FieldViolation's path is `field`
+])
+def test_error_body_violations(error, field):
+    violations = exchange_violations(exchange(request=JOB, status=400, response={"error": error}))
+    assert field in [v.field for v in violations], format_violations(violations)
+
+
+def test_unknown_query_parameters_and_rpcs_are_violations():
+    assert fields(exchange_violations(exchange("customJobs.get", query=[("updateTime", "x")], response=JOB))) == [
+        ("query", "updateTime")]
+    assert fields(exchange_violations(exchange("customJobs.get", request={}, response=JOB))) == [
+        ("request", "<body>")]
+    assert fields(exchange_violations(exchange("customJobs.frobnicate", response={}))) == [("rpc", "<rpc>")]
+
+
+def test_http_mapping_is_read_from_googles_code_proto():
+    assert http_of_code()["FAILED_PRECONDITION"] == 400 and http_of_code()["CANCELLED"] == 499
+    assert len(http_of_code()) == 17
+
+
+def test_the_emulator_records_exchanges_only_while_asked(emulator, parent):
+    url = f"{emulator.url}/v1/{parent}/customJobs"
+    requests.get(url, timeout=5)
+    emulator.start_traffic()
+    requests.post(url, json=JOB, timeout=5)
+    requests.get(f"{emulator.url}/v1/{parent}/customJobs/nope", params={"x": "1"}, timeout=5)
+    recorded = emulator.traffic()
+    assert [(e["rpc"], e["method"], e["status"]) for e in recorded] == [
+        ("customJobs.create", "POST", 200), ("customJobs.get", "GET", 404)]
+    assert json.loads(recorded[0]["requestBody"]) == JOB and recorded[1]["query"] == [["x", "1"]]
+    assert json.loads(recorded[0]["responseBody"])["state"] == "JOB_STATE_QUEUED"
+    emulator.reset()
+    requests.get(url, timeout=5)
+    assert emulator.traffic() == []  # a reset stops the recording
