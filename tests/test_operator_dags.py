@@ -209,7 +209,6 @@ def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, 
         assert f"--learning_rate={best['parameters']['learning_rate']}" in \
             pipeline["trainingTaskInputs"]["workerPoolSpecs"][0]["containerSpec"]["args"]
     traffic = examples.emulator.traffic()
-    print(sorted({(e["rpc"], e["status"]) for e in traffic}))
     assert EXAMPLE_RPCS[dag_id] <= {e["rpc"] for e in traffic}
     violations = traffic_violations(traffic)
     assert violations == [], f"{len(violations)} exchanges differ from Google's types:\n" + \
