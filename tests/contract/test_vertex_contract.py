@@ -75,26 +75,29 @@ def error_facts(status: int, answer: dict) -> dict:
             "details": error.get("details", [])}
 
 
-def watch(target: Target, name: str, cancel_when: S | None = None) -> tuple[Any, list[dict]]:
-    """Poll a job until it ends; every state change seen, with seconds since the first poll.
-    ``cancel_when``: cancel it once this state is seen (then keep watching)."""
-    seen: list[dict] = []
-    last, started = None, time.monotonic()
+def watch(target: Target, cancel_when: dict[str, S | None]) -> dict[str, tuple[Any, list[dict]]]:
+    """Poll jobs together until each ends: {name: (last job, every state change seen, with seconds
+    since the watch began)}. ``cancel_when[name]``: cancel that job once it shows this state."""
+    seen: dict[str, list[dict]] = {name: [] for name in cancel_when}
+    ended: dict[str, Any] = {}
+    started = time.monotonic()
     with target.client() as client:
-        while True:
-            job = client.get_custom_job(name)
-            elapsed = round(time.monotonic() - started, 2)
-            if job.state is not last:
-                seen.append({"state": job.state.value, "seenAfterSeconds": elapsed})
-                last = job.state
-            if job.is_terminal():
-                return job, seen
-            if cancel_when is not None and job.state is cancel_when:
-                client.cancel_custom_job(name)
-                seen.append({"cancelRequestedAfterSeconds": elapsed})
-                cancel_when = None
-            assert elapsed < target.wait_seconds, f"{name} still {job.state.value} after {elapsed}s: {seen}"
+        while len(ended) < len(seen):
+            for name in set(seen) - set(ended):
+                job = client.get_custom_job(name)
+                elapsed = round(time.monotonic() - started, 2)
+                states = [s for s in seen[name] if "state" in s]
+                if not states or states[-1]["state"] != job.state.value:
+                    seen[name].append({"state": job.state.value, "seenAfterSeconds": elapsed})
+                if job.is_terminal():
+                    ended[name] = job
+                elif cancel_when[name] is job.state:
+                    client.cancel_custom_job(name)
+                    seen[name].append({"cancelRequestedAfterSeconds": elapsed})
+                    cancel_when[name] = None
+                assert elapsed < target.wait_seconds, f"{name} still {job.state.value} after {elapsed}s: {seen[name]}"
             time.sleep(target.poll_interval)
+    return {name: (ended[name], seen[name]) for name in seen}
 
 
 def states_of(seen: list[dict]) -> list[S]:
@@ -156,22 +159,28 @@ def test_our_client_refuses_before_sending_what_the_service_would_refuse(target)
 
 
 @pytest.fixture(scope="module")
-def succeeded(target) -> tuple[Any, list[dict]]:
-    with target.client() as client:
-        job = client.create_custom_job(cpu_job(target, "life-cycle", ["python", "-c", "pass"]))
-    target.created.append(job.name)
-    return watch(target, job.name)
-
-
-@pytest.fixture(scope="module")
-def cancelled(target) -> tuple[Any, list[dict]]:
+def lives(target) -> dict[str, tuple[Any, list[dict]]]:
+    """Two CPU jobs at once: one runs ``python -c pass``, one sleeps and is cancelled once RUNNING."""
     # the emulator does not run the command: its EMULATOR_RUN_SECONDS stands for the sleep
-    body = cpu_job(target, "cancel", ["python", "-c", "import time; time.sleep(900)"],
-                   **({} if AGAINST_GOOGLE else {"EMULATOR_RUN_SECONDS": "100000"}))
+    sleeper = cpu_job(target, "cancel", ["python", "-c", "import time; time.sleep(900)"],
+                      **({} if AGAINST_GOOGLE else {"EMULATOR_RUN_SECONDS": "100000"}))
     with target.client() as client:
-        job = client.create_custom_job(body)
-    target.created.append(job.name)
-    return watch(target, job.name, cancel_when=S.JOB_STATE_RUNNING)
+        done = client.create_custom_job(cpu_job(target, "life-cycle", ["python", "-c", "pass"]))
+        target.created.append(done.name)
+        stopped = client.create_custom_job(sleeper)
+        target.created.append(stopped.name)
+    watched = watch(target, {done.name: None, stopped.name: S.JOB_STATE_RUNNING})
+    return {"succeeded": watched[done.name], "cancelled": watched[stopped.name]}
+
+
+@pytest.fixture
+def succeeded(lives):
+    return lives["succeeded"]
+
+
+@pytest.fixture
+def cancelled(lives):
+    return lives["cancelled"]
 
 
 def test_a_cpu_job_goes_queued_pending_running_succeeded_with_its_times_set(succeeded, observe):
