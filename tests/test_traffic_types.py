@@ -73,8 +73,39 @@ def test_every_rpc_the_emulator_serves_speaks_googles_types(emulator):
                      f"aiplatform.googleapis.com/quotaInfos", timeout=5)
 
     traffic = emulator.traffic()
+    _assert_no_violations(traffic)
     assert {rpc for _, _, rpc in ROUTES} - {e["rpc"] for e in traffic} == set()  # every route was covered
     assert {e["status"] for e in traffic} >= {200, 400, 403, 404, 429}
+
+
+def test_every_way_a_job_ends_speaks_googles_types(emulator):
+    """The error of each ending the emulator models (its ErrorInfo details included), the
+    resource of a persistent resource in ERROR, as Google's types."""
+    emulator.start_traffic()
+    flex = {**job_spec("FLEX_START"), "scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "60s"}}
+    slow = {**job_spec(run_seconds=3600), "scheduling": {"timeout": "100s"}}
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
+        names = [client.create_custom_job({"displayName": name, "jobSpec": spec}).name for name, spec in [
+            ("spot", job_spec("SPOT", run_seconds=600)), ("flex", flex), ("exit", job_spec(exit_code=1)),
+            ("timeout", slow)]]
+        emulator.advance(40)
+        for _ in range(7):  # past the service's six restarts
+            emulator.preempt(names[0])
+            emulator.advance(40)
+        emulator.advance(600)
+        ended = [client.get_custom_job(name) for name in names]
+        client.create_persistent_resource(POOL, "broken")
+        emulator.advance(120)
+        emulator.set_resource_state(f"projects/{PROJECT}/locations/{LOCATION}/persistentResources/broken", "ERROR",
+                                    "The resource could not be provisioned.")
+        client.get_persistent_resource("broken")
+    assert [j.state.value for j in ended] == ["JOB_STATE_FAILED"] * 4
+    assert all(j.error and j.error.code in (3, 4, 8) for j in ended)
+    _assert_no_violations(emulator.traffic())
+
+
+def _assert_no_violations(traffic: list[dict]) -> None:
     violations = traffic_violations(traffic)
     assert violations == [], f"{len(violations)} exchanges differ from Google's types:\n" + \
         format_violations(violations)
