@@ -16,6 +16,10 @@ Each exchange (see ``airflow_gpu_sched/emulator/traffic.py``) is checked so:
   https://cloud.google.com/apis/design/errors#http_mapping): ``code`` is the HTTP status, ``status``
   a ``google.rpc.Code`` name whose HTTP mapping (``google/rpc/code.proto``) is that status, and
   ``{message, details}`` parses into ``google.rpc.Status``;
+* a 2xx response is also in the canonical proto3 JSON form Google's servers write (what
+  ``json_format.MessageToDict`` gives back for the parsed message): int64 as strings, enums as
+  names, field names in lowerCamelCase; a parser that accepts both forms would hide that drift.
+  timestamps compare as instants;
 * every query parameter is one the method declares in the aiplatform v1 discovery document (or a
   standard one); quota rpcs are not in that document and are skipped.
 
@@ -122,6 +126,41 @@ def _parse_errors(text: str, message_type: Any) -> list[tuple[str, str]]:
     return _nested_errors(text, message)
 
 
+def _canonical_errors(text: str, message_type: Any) -> list[tuple[str, str]]:
+    """Where the JSON differs from the canonical encoding of what it parses into."""
+    message = _raw(message_type)
+    json_format.Parse(text, message, ignore_unknown_fields=False)
+    problems: list[tuple[str, str]] = []
+    canonical = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+    _compare(json.loads(text), canonical, message.DESCRIPTOR.name, problems)
+    return problems
+
+
+def _compare(sent: Any, canonical: Any, where: str, problems: list[tuple[str, str]]) -> None:
+    if isinstance(sent, dict) and isinstance(canonical, dict):
+        for key, value in sent.items():
+            if key in canonical:
+                _compare(value, canonical[key], f"{where}.{key}", problems)
+            else:
+                problems.append((f"{where}.{key}", f"not in the canonical form (a proto field name {key!r}?)"))
+    elif isinstance(sent, list) and isinstance(canonical, list) and len(sent) == len(canonical):
+        for i, (a, b) in enumerate(zip(sent, canonical)):
+            _compare(a, b, f"{where}[{i}]", problems)
+    elif sent != canonical and not _same_instant(sent, canonical):
+        if not (isinstance(sent, (int, float)) and isinstance(canonical, (int, float)) and sent == canonical):
+            problems.append((where, f"{sent!r} is written {canonical!r} by Google's encoding"))
+
+
+def _same_instant(a: Any, b: Any) -> bool:
+    from datetime import datetime
+
+    try:
+        return isinstance(a, str) and isinstance(b, str) and \
+            datetime.fromisoformat(a.replace("Z", "+00:00")) == datetime.fromisoformat(b.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+
+
 def _nested_errors(text: str, message: Any) -> list[tuple[str, str]]:
     """Value fields Google types elsewhere: a custom_task pipeline's trainingTaskInputs."""
     name = message.DESCRIPTOR.full_name
@@ -222,7 +261,8 @@ def exchange_violations(exchange: dict) -> list[Violation]:
     elif exchange.get("responseBody") is None:
         add("response", [("<body>", "empty response body (an Empty is `{}`)")])
     else:
-        add("response", _parse_errors(exchange["responseBody"], response_type))
+        problems = _parse_errors(exchange["responseBody"], response_type)
+        add("response", problems or _canonical_errors(exchange["responseBody"], response_type))
     return found
 
 

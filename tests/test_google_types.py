@@ -71,6 +71,18 @@ def test_response_violations_wrong_types_enums_and_any():
         ("response", "<body>")]
 
 
+def test_a_response_must_be_in_the_canonical_form_google_writes():
+    as_numbers = json.loads(json.dumps(JOB))
+    as_numbers["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] = 1  # int64: a string on Google's wire
+    as_numbers["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = 8  # an enum: its name
+    assert fields(exchange_violations(exchange(request=as_numbers, response=as_numbers))) == [
+        ("response", "CustomJob.jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType"),
+        ("response", "CustomJob.jobSpec.workerPoolSpecs[0].replicaCount")]  # a request may use either form
+    snake = {"display_name": "x"}
+    assert fields(exchange_violations(exchange("customJobs.get", response=snake))) == [
+        ("response", "CustomJob.display_name")]
+
+
 def test_a_custom_task_pipelines_inputs_parse_into_custom_job_spec():
     bad = {**PIPELINE, "trainingTaskInputs": {**PIPELINE["trainingTaskInputs"], "maxWaitDuration": "60s"}}
     violations = exchange_violations(exchange("trainingPipelines.create", request=bad, response=PIPELINE))
