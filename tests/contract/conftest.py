@@ -100,8 +100,9 @@ def pytest_runtest_makereport(item, call):
     entry = _REPORT["checks"].get(item.name)
     if entry is not None and (report.when == "call" or report.outcome != "passed"):
         entry["outcome"] = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
-        if report.failed:
-            entry["failure"] = str(report.longrepr).splitlines()[-1][:2000] if report.longrepr else None
+        if report.failed:  # the assertion's own lines ("E   ..."), not the whole traceback
+            lines = [line[1:].strip() for line in report.longreprtext.splitlines() if line.startswith("E ")]
+            entry["failure"] = "\n".join(lines[:30]) or report.longreprtext[-2000:]
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -54,25 +54,24 @@ def cpu_job(target: Target, check: str, command: list[str], listed: bool = True,
                                              "replicaCount": "1", "containerSpec": container}]}}
 
 
-def raw(target: Target, rpc: str, method: str, path: str, *, body: dict | None = None,
+def raw(target: Target, observe: dict, rpc: str, method: str, path: str, *, body: dict | None = None,
         params: dict | None = None) -> tuple[int, dict]:
-    """One request as is; its answer must parse into Google's types (whoever answered)."""
+    """One request as is. What came back goes to the report first; then it must parse into
+    Google's types, whoever answered."""
     response = target.http(method, path, json=body, params=params)
+    answer = response.json()
+    if response.status_code < 300 and rpc.endswith(".create"):
+        target.created.append(answer["name"])  # refused by the contract, but made: cancelled at the end
+    error = answer.get("error", {}) if isinstance(answer, dict) else {}
+    observe.update({"http": response.status_code, "status": error.get("status"), "message": error.get("message"),
+                    "details": error.get("details", [])})
     exchange = {"rpc": rpc, "method": method, "path": path, "query": list((params or {}).items()),
                 "requestBody": None if body is None else json.dumps(body), "status": response.status_code,
                 "responseBody": response.text or None}
     violations = [v for v in exchange_violations(exchange) if v.part != "request"]  # bad on purpose
+    observe["wireViolations"] = [str(v) for v in violations]
     assert violations == [], format_violations(violations)
-    answer = response.json()
-    if response.status_code < 300 and rpc.endswith(".create"):
-        target.created.append(answer["name"])  # refused by the contract, but made: cancelled at the end
     return response.status_code, answer
-
-
-def error_facts(status: int, answer: dict) -> dict:
-    error = answer.get("error", {})
-    return {"http": status, "status": error.get("status"), "message": error.get("message"),
-            "details": error.get("details", [])}
 
 
 def watch(target: Target, cancel_when: dict[str, S | None]) -> dict[str, tuple[Any, list[dict]]]:
@@ -115,25 +114,22 @@ def times_of(job) -> dict:
 @LANDS_LATER
 def test_an_unknown_field_in_a_body_is_a_400_invalid_argument_naming_it(target, observe):
     body = {**cpu_job(target, "unknown-field", ["python", "-c", "pass"], listed=False), "maxWaitDuration": "60s"}
-    status, answer = raw(target, "customJobs.create", "POST", f"{target.parent}/customJobs", body=body)
-    observe.update(error_facts(status, answer))
+    status, answer = raw(target, observe, "customJobs.create", "POST", f"{target.parent}/customJobs", body=body)
     assert (status, answer["error"]["status"]) == (400, "INVALID_ARGUMENT")
     assert "maxWaitDuration" in answer["error"]["message"]  # Google: Unknown name "maxWaitDuration" at 'custom_job'
 
 
 @LANDS_LATER
 def test_a_list_filter_on_update_time_is_a_400_invalid_argument(target, observe):
-    status, answer = raw(target, "customJobs.list", "GET", f"{target.parent}/customJobs",
+    status, answer = raw(target, observe, "customJobs.list", "GET", f"{target.parent}/customJobs",
                          params={"filter": 'update_time>="2026-01-01T00:00:00Z"'})
-    observe.update(error_facts(status, answer))
     assert (status, answer.get("error", {}).get("status")) == (400, "INVALID_ARGUMENT")
 
 
 def test_an_accelerator_without_its_count_is_a_400_naming_the_field(target, observe):
     body = cpu_job(target, "no-count", ["python", "-c", "pass"], listed=False)
     body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "NVIDIA_TESLA_T4"
-    status, answer = raw(target, "customJobs.create", "POST", f"{target.parent}/customJobs", body=body)
-    observe.update(error_facts(status, answer))
+    status, answer = raw(target, observe, "customJobs.create", "POST", f"{target.parent}/customJobs", body=body)
     assert (status, answer["error"]["status"]) == (400, "INVALID_ARGUMENT")
     said = answer["error"]["message"].lower().replace("_", "")  # accelerator_count or acceleratorCount
     assert "acceleratorcount" in said
@@ -141,8 +137,7 @@ def test_an_accelerator_without_its_count_is_a_400_naming_the_field(target, obse
 
 def test_a_missing_persistent_resource_is_a_404_not_found(target, observe):
     missing = f"{target.parent}/persistentResources/contract-missing-{target.run_id}"
-    status, answer = raw(target, "persistentResources.get", "GET", missing)
-    observe.update(error_facts(status, answer))
+    status, answer = raw(target, observe, "persistentResources.get", "GET", missing)
     assert (status, answer["error"]["status"], answer["error"]["code"]) == (404, "NOT_FOUND", 404)
     with target.client() as client, pytest.raises(NotFoundError):  # what the operator catches
         client.get_persistent_resource(missing)
