@@ -48,11 +48,6 @@ from tests.conformance import load_discovery
 __all__ = ["Violation", "RPC_TYPES", "exchange_violations", "format_violations", "traffic_violations"]
 
 
-def _pb(proto_plus_type: type) -> Any:
-    """A fresh raw protobuf message of a proto-plus type (json_format needs the raw one)."""
-    return proto_plus_type.pb(proto_plus_type())
-
-
 CUSTOM_TASK = "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
 _EMPTY = empty_pb2.Empty
 _OPERATION = operations_pb2.Operation
@@ -109,8 +104,9 @@ def format_violations(violations: list[Violation]) -> str:
 
 
 def _raw(message_type: Any) -> Any:
+    """A fresh raw protobuf message: json_format needs it, not a proto-plus wrapper."""
     if isinstance(message_type, type) and hasattr(message_type, "pb") and hasattr(message_type, "meta"):
-        return _pb(message_type)  # a proto-plus wrapper
+        return message_type.pb(message_type())
     return message_type()
 
 
