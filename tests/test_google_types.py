@@ -131,3 +131,62 @@ def test_the_emulator_records_exchanges_only_while_asked(emulator, parent):
     emulator.reset()
     requests.get(url, timeout=5)
     assert emulator.traffic() == []  # a reset stops the recording
+
+
+# ------------------------------------------------------------------ our models against Google's messages
+
+
+def _google_twins():
+    """Each pydantic model and enum of ours -> the Google message / enum it stands for."""
+    from google.cloud import aiplatform_v1 as aip
+    from google.cloud import cloudquotas_v1 as quotas
+    from google.longrunning import operations_pb2
+    from google.rpc import status_pb2
+
+    import airflow_gpu_sched.job_type_models as jtm
+    import airflow_gpu_sched.models as m
+
+    nested = {"Status": status_pb2.Status, "Operation": operations_pb2.Operation,
+              "AutoscalingSpec": aip.ResourcePool.AutoscalingSpec, "MetricSpec": aip.StudySpec.MetricSpec,
+              "ParameterSpec": aip.StudySpec.ParameterSpec,
+              "DoubleValueSpec": aip.StudySpec.ParameterSpec.DoubleValueSpec,
+              "IntegerValueSpec": aip.StudySpec.ParameterSpec.IntegerValueSpec,
+              "CategoricalValueSpec": aip.StudySpec.ParameterSpec.CategoricalValueSpec,
+              "DiscreteValueSpec": aip.StudySpec.ParameterSpec.DiscreteValueSpec,
+              "TrialParameter": aip.Trial.Parameter, "MeasurementMetric": aip.Measurement.Metric}
+    enums = {m.Strategy: aip.Scheduling.Strategy, m.AcceleratorType: aip.AcceleratorType, m.JobState: aip.JobState,
+             m.PipelineState: aip.PipelineState, m.TrialState: aip.Trial.State,
+             m.GoalType: aip.StudySpec.MetricSpec.GoalType, m.SearchAlgorithm: aip.StudySpec.Algorithm,
+             m.ScaleType: aip.StudySpec.ParameterSpec.ScaleType,
+             m.MeasurementSelectionType: aip.StudySpec.MeasurementSelectionType,
+             m.PersistentResourceState: aip.PersistentResource.State}
+    models = {}
+    for module in (m, jtm):
+        for name, cls in vars(module).items():
+            if isinstance(cls, type) and issubclass(cls, m.VertexModel) and cls.__module__ == module.__name__ \
+                    and cls is not m.VertexModel:
+                models[cls] = nested.get(name) or getattr(aip, name, None) or getattr(quotas, name)
+    return models, enums
+
+
+def test_every_field_our_models_can_send_is_a_field_of_googles_message():
+    models, _ = _google_twins()
+    assert len(models) >= 25
+    extra = {}
+    for ours, google in models.items():
+        descriptor = (google.pb(google()) if hasattr(google, "pb") else google()).DESCRIPTOR
+        names = {f.json_name for f in descriptor.fields}
+        aliases = {field.alias or name for name, field in ours.model_fields.items()}
+        if aliases - names:
+            extra[ours.__name__] = sorted(aliases - names)
+    assert extra == {}
+
+
+def test_our_enums_have_googles_names_and_numbers():
+    from airflow_gpu_sched.models import _ENUM_NUMBERS
+
+    _, enums = _google_twins()
+    for ours, google in enums.items():
+        assert {e.value for e in ours} == {e.name for e in google}, ours.__name__
+        numbers = _ENUM_NUMBERS.get(ours.__name__, {})
+        assert all(google[name].value == number for number, name in numbers.items()), ours.__name__
