@@ -64,10 +64,11 @@ def target(request) -> Target:
     if AGAINST_GOOGLE:
         found = _google_target(os.environ[PROJECT_ENV], os.environ.get(LOCATION_ENV, "us-central1"))
     else:
+        from airflow_gpu_sched.emulator.control import EmulatorControl
         from tests.conftest import LOCATION, PROJECT
 
         server = request.getfixturevalue("emulator_server")
-        requests.post(f"{server.url}/emulator/v1/reset", json=EMULATOR_SCENARIO, timeout=10).raise_for_status()
+        EmulatorControl(server.url).reset(EMULATOR_SCENARIO)
         found = Target("emulator", PROJECT, LOCATION, server.url, poll_interval=0.01, wait_seconds=30,
                        http=requests.Session())
     yield found
