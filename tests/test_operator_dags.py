@@ -16,6 +16,7 @@ from airflow_gpu_sched.accounting import RESULT_KEYS
 from airflow_gpu_sched.ledger import LEDGER_KEY
 from tests.airflow_harness import run_dag
 from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
+from tests.google_types import format_violations, traffic_violations
 
 EXAMPLES = Path(__file__).parent.parent / "dags_examples"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -164,8 +165,9 @@ def examples(airflow, monkeypatch, tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 
     airflow.reset(with_a100_pool("a100-pool", replicas=2))
+    airflow.start_traffic()  # every exchange of the run, checked against Google's types
     bag = DagBag(dag_folder=str(EXAMPLES))
-    bag.emulator_url = airflow.url
+    bag.emulator_url, bag.emulator = airflow.url, airflow
     return bag
 
 
@@ -173,6 +175,15 @@ def test_example_dags_import_without_errors(examples):
     assert examples.import_errors == {}
     assert set(examples.dag_ids) == {"nightly_retraining", "nightly_retraining_tuned", "spot_training",
                                      "persistent_resource_training"}
+
+
+# rpcs each example DAG must have made (so that the type check below covers them)
+EXAMPLE_RPCS = {
+    "nightly_retraining": {"customJobs.create", "customJobs.list", "quotaInfos.list"},
+    "nightly_retraining_tuned": {"hyperparameterTuningJobs.create", "trainingPipelines.create", "quotaInfos.list"},
+    "spot_training": {"customJobs.create", "customJobs.list", "quotaInfos.list"},
+    "persistent_resource_training": {"customJobs.create", "persistentResources.get"},
+}
 
 
 @pytest.mark.parametrize("dag_id, task_id, strategy", [
@@ -197,6 +208,11 @@ def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, 
                                 timeout=5).json()
         assert f"--learning_rate={best['parameters']['learning_rate']}" in \
             pipeline["trainingTaskInputs"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    traffic = examples.emulator.traffic()
+    assert EXAMPLE_RPCS[dag_id] <= {e["rpc"] for e in traffic}
+    violations = traffic_violations(traffic)
+    assert violations == [], f"{len(violations)} exchanges differ from Google's types:\n" + \
+        format_violations(violations)
 
 
 def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):

@@ -3,7 +3,7 @@
 Routes -> :class:`Backend` methods. Google-style paths (``{name}:cancel``) are matched with
 regular expressions rather than FastAPI path templates, which cannot split ``:verb``.
 Every Vertex route counts in ``/emulator/v1/stats`` and is subject to injected faults;
-control routes (``/emulator/v1/...``) are neither.
+control routes (``/emulator/v1/...``) are neither. ``traffic.py`` records Vertex exchanges on request.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal
+from airflow_gpu_sched.emulator.traffic import TrafficRecorder
 
 _SEG = r"[^/:]+"
 _PARENT = rf"projects/(?P<project>{_SEG})/locations/(?P<location>{_SEG})"
@@ -186,6 +187,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
                   openapi_url=None)
     app.state.backend = backend
     auth = app.state.auth = TokenIssuer()
+    traffic = app.state.traffic = TrafficRecorder()
 
     async def vertex(request: Request, path: str) -> Response:
         found = match_route(request.method, path)
@@ -219,7 +221,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
             response = _error(exc)
         return fault or response  # a fault after the handler: done, but the answer is lost
 
-    app.add_api_route("/v1/{path:path}", vertex, methods=["GET", "POST", "DELETE", "PATCH"],
+    app.add_api_route("/v1/{path:path}", traffic.wrap(vertex, match_route), methods=["GET", "POST", "DELETE", "PATCH"],
                       include_in_schema=False)
 
     async def ui(request: Request, path: str) -> Response:
@@ -261,6 +263,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         body = await _body(request)
         backend.reset(Scenario.model_validate(body) if body else None)
         auth.configure({})  # a reset emulator accepts requests without a token again
+        traffic.clear()
         return {}
 
     @control("POST", "capacity")
@@ -298,6 +301,18 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     @control("POST", "auth")
     async def auth_settings(request: Request) -> dict:
         return auth.configure(await _body(request))
+
+    @control("POST", "traffic:start")
+    async def traffic_start(request: Request) -> dict:
+        return traffic.start()
+
+    @control("POST", "traffic:stop")
+    async def traffic_stop(request: Request) -> dict:
+        return traffic.stop()
+
+    @control("GET", "traffic")
+    async def traffic_view(request: Request) -> dict:
+        return traffic.view()
 
     @control("GET", "stats")
     async def stats(request: Request) -> dict:

@@ -82,6 +82,15 @@ class EmulatorControl:
     def stats(self) -> dict:
         return self._call("GET", "stats")
 
+    def start_traffic(self) -> None:
+        """Record every Vertex exchange from now on (clears an earlier record; a reset stops it)."""
+        self._call("POST", "traffic:start", {})
+
+    def traffic(self) -> list[dict]:
+        """The exchanges recorded since :meth:`start_traffic`: ``{rpc, method, path, query,
+        requestBody, status, responseBody}``, bodies as the text on the wire."""
+        return self._call("GET", "traffic")["exchanges"]
+
     def advance(self, seconds: float) -> str:
         """Move emulated time forward; returns the new emulated now."""
         return self._call("POST", "clock:advance", {"seconds": seconds})["now"]

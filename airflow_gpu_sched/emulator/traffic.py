@@ -1,0 +1,60 @@
+"""An opt-in record of every Vertex exchange the emulator serves, for checks against Google's types.
+
+Off by default (it keeps bodies in memory). ``POST /emulator/v1/traffic:start`` clears the record
+and starts it, ``POST /emulator/v1/traffic:stop`` stops it, ``GET /emulator/v1/traffic`` returns
+``{"recording": bool, "exchanges": [...]}``; a reset stops and clears it. Each exchange:
+``{rpc, method, path, query, requestBody, status, responseBody}`` with the bodies as the exact text
+sent and answered (``None`` when empty), so that a checker parses what was on the wire, not a
+re-encoding of it. Only ``/v1/...`` routes are recorded; control routes are not Vertex.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Awaitable, Callable
+
+from fastapi import Request
+from fastapi.responses import Response
+
+Handler = Callable[[Request, str], Awaitable[Response]]
+RouteMatcher = Callable[[str, str], "tuple[str, dict[str, str]] | None"]
+
+
+class TrafficRecorder:
+    def __init__(self) -> None:
+        self.recording = False
+        self.exchanges: list[dict[str, Any]] = []
+
+    def start(self) -> dict:
+        self.recording, self.exchanges = True, []
+        return self.view()
+
+    def stop(self) -> dict:
+        self.recording = False
+        return self.view()
+
+    def clear(self) -> None:
+        self.recording, self.exchanges = False, []
+
+    def view(self) -> dict:
+        return {"recording": self.recording, "exchanges": self.exchanges}
+
+    def wrap(self, handler: Handler, match_route: RouteMatcher) -> Handler:
+        """``handler`` (the ``/v1/{path}`` route), recording each exchange while recording is on."""
+
+        @functools.wraps(handler)  # FastAPI reads the (request, path) signature through __wrapped__
+        async def recorded(request: Request, path: str) -> Response:
+            response = await handler(request, path)
+            if self.recording:
+                found = match_route(request.method, path)
+                raw = await request.body()  # Starlette caches the body: the handler's read is reused
+                self.exchanges.append({
+                    "rpc": found[0] if found else None, "method": request.method, "path": path,
+                    "query": list(request.query_params.multi_items()),
+                    "requestBody": raw.decode("utf-8", "replace") if raw else None,
+                    "status": response.status_code,
+                    "responseBody": bytes(response.body).decode("utf-8", "replace") if response.body else None,
+                })
+            return response
+
+        return recorded
