@@ -18,6 +18,7 @@ from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
+from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 
 _SEG = r"[^/:]+"
@@ -105,7 +106,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.create_custom_job(args["project"], args["location"], await _body(request))
     if rpc == "customJobs.list":
         return backend.list_custom_jobs(args["project"], args["location"], q.get("filter", ""),
-                                        _page_size(request), q.get("pageToken", ""))
+                                        _page_size(request), q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "customJobs.get":
         return backend.get_custom_job(args["name"])
     if rpc == "customJobs.cancel":
@@ -128,7 +129,8 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.create_hyperparameter_tuning_job(args["project"], args["location"], await _body(request))
     if rpc == "hyperparameterTuningJobs.list":
         return backend.list_hyperparameter_tuning_jobs(args["project"], args["location"], q.get("filter", ""),
-                                                       _page_size(request), q.get("pageToken", ""))
+                                                       _page_size(request), q.get("pageToken", ""),
+                                                       q.get("readMask", ""))
     if rpc == "hyperparameterTuningJobs.get":
         return backend.get_hyperparameter_tuning_job(args["name"])
     if rpc == "hyperparameterTuningJobs.cancel":
@@ -139,7 +141,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.create_training_pipeline(args["project"], args["location"], await _body(request))
     if rpc == "trainingPipelines.list":
         return backend.list_training_pipelines(args["project"], args["location"], q.get("filter", ""),
-                                               _page_size(request), q.get("pageToken", ""))
+                                               _page_size(request), q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "trainingPipelines.get":
         return backend.get_training_pipeline(args["name"])
     if rpc == "trainingPipelines.cancel":
@@ -148,7 +150,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.delete_training_pipeline(args["name"])
     if rpc == "models.list":
         return backend.list_models(args["project"], args["location"], q.get("filter", ""), _page_size(request),
-                                   q.get("pageToken", ""))
+                                   q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "models.get":
         return backend.get_model(args["name"])
     if rpc == "quotaInfos.list":
@@ -178,6 +180,9 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         refusal = auth.refusal(kind)
         if refusal:
             return _error(ApiError("UNAUTHENTICATED", refusal))
+        unknown = query_refusal(rpc, request.query_params.keys())  # a parameter the method lacks: 400
+        if unknown:
+            return _error(unknown)
         faults = backend.faults
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)
