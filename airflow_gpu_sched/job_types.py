@@ -45,6 +45,11 @@ TUNING_OPTIONS = ("study_spec", "max_trial_count", "parallel_trial_count", "max_
 PIPELINE_OPTIONS = ("model_display_name", "model_serving_image_uri", "parent_model")
 
 
+# What the shared poller reads from every listed resource (its ``readMask``, FieldMask JSON paths):
+# the triggers' state lines and change detection, and the poller's create_time bounds.
+WATCH_FIELDS = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error", "labels")
+
+
 class JobType:
     """A custom job: the spec as built. The base of the other two."""
 
@@ -55,6 +60,9 @@ class JobType:
                                         "JOB_STATE_EXPIRED", "JOB_STATE_PARTIALLY_SUCCEEDED")
     options: tuple[str, ...] = ()
     output_keys: tuple[str, ...] = ()
+    # what view(), outputs() and the accounting read from a finished resource besides WATCH_FIELDS
+    # (the GPUs per pool for gpu_hours, the accelerator): the mask of a list of ended jobs
+    final_fields: tuple[str, ...] = ("displayName", "jobSpec.workerPoolSpecs")
 
     def violations(self, options: JobOptions) -> list[Violation]:
         """Type-specific arguments given to the wrong type, and the type's own rules."""
@@ -99,8 +107,9 @@ class JobType:
     def get(self, client: Any, name: str) -> Any:
         return getattr(client, f"get_{self.key}")(name)
 
-    def list_page(self, client: Any, filter: str, page_size: int, page_token: str | None) -> Any:
-        return getattr(client, f"list_{self.key}s_page")(filter, page_size, page_token)
+    def list_page(self, client: Any, filter: str, page_size: int, page_token: str | None,
+                  read_mask: str | None = None) -> Any:
+        return getattr(client, f"list_{self.key}s_page")(filter, page_size, page_token, read_mask)
 
     def cancel(self, client: Any, name: str) -> Any:
         return getattr(client, f"cancel_{self.key}")(name)
@@ -109,7 +118,18 @@ class JobType:
         return getattr(page, self.page_items)
 
     def not_terminal_filter(self) -> str:
-        return "NOT (" + " OR ".join(f'state="{s}"' for s in self.terminal_states) + ")"
+        return "NOT " + self.terminal_filter()
+
+    def terminal_filter(self) -> str:
+        return "(" + " OR ".join(f'state="{s}"' for s in self.terminal_states) + ")"
+
+    def watch_mask(self) -> str:
+        """readMask of the list of active jobs: nothing final is read from it."""
+        return ",".join(WATCH_FIELDS)
+
+    def final_mask(self) -> str:
+        """readMask of a list of ended jobs: what the trigger's final event must carry."""
+        return ",".join(WATCH_FIELDS + self.final_fields)
 
     def event(self, resource: Any, observed_restarts: int = 0) -> dict[str, Any]:
         """The trigger event for a finished resource: the common payload, plus the resource itself
@@ -132,6 +152,8 @@ class HyperparameterTuningJobType(JobType):
     page_items = "hyperparameter_tuning_jobs"
     options = TUNING_OPTIONS
     output_keys = ("trials", "best_trial")
+    # lists carry no trials whatever the mask: the operator GETs the whole job (listed_without_details)
+    final_fields = ("displayName", "trialJobSpec.workerPoolSpecs", "studySpec")
 
     def violations(self, options: JobOptions) -> list[Violation]:
         from airflow_gpu_sched.rules import check_tuning_options
@@ -195,6 +217,7 @@ class TrainingPipelineType(JobType):
     terminal_states = ("PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED")
     options = PIPELINE_OPTIONS
     output_keys = ("model_name", "model_version")
+    final_fields = ("displayName", "trainingTaskInputs", "modelToUpload", "modelId")
 
     def violations(self, options: JobOptions) -> list[Violation]:
         from airflow_gpu_sched.rules import check_pipeline_options

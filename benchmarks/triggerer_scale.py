@@ -8,9 +8,13 @@ arrives. Both modes run in one invocation, on the same job schedule, and print o
     {"jobs", "interval_s",
      "batched": {"api_calls_per_min", "cpu_s_per_min", "peak_rss_mb", "latency_p50_s",
                  "latency_p95_s", "latency_p99_s"},
-     "per_job": {...}, "api_calls_ratio", "cpu_ratio"}        (ratios: batched / per-job)
+     "per_job": {...}, "api_calls_ratio", "cpu_ratio",        (ratios: batched / per-job measured)
+     "nominal_per_job_calls_per_min", "api_calls_vs_nominal"} (jobs x 60 / interval; batched / that)
 
-api_calls_per_min: Vertex requests (get + list) the emulator counted, per minute of the run.
+api_calls_per_min: Vertex requests (get + list) the emulator counted, per minute of the run (also
+split into lists_per_min and gets_per_min). Per-job polling saturates one event loop at 1,000
+jobs, so its measured count falls short of its nominal one GET per job per interval: the issue's
+target (at most 1 %) is against the nominal figure.
 cpu_s_per_min: CPU seconds of the trigger process per minute. peak_rss_mb: peak RSS of that
 process above its idle RSS (after imports, before the triggers start). latency: event arrival
 minus the job's endTime.
@@ -33,6 +37,11 @@ import time
 from datetime import datetime
 
 import requests
+
+# This checkout's package, not whichever one is installed: the worker and the emulator (``-m``, run
+# from the current directory) must be the same code.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 PROJECT, LOCATION = "bench", "us-central1"
 SCENARIO = {"seed": 1, "speed": 1, "queueSeconds": 0.5, "provisioningSeconds": 2}
@@ -103,10 +112,11 @@ def run_mode(base: str, env: dict, jobs: int, interval: float, polling: str, see
                          input=json.dumps(names), capture_output=True, text=True, env=env, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     after = requests.get(f"{base}/emulator/v1/stats", timeout=30).json()["requests"]
-    calls = sum(after.get(k, 0) - before.get(k, 0) for k in ("customJobs.get", "customJobs.list"))
+    lists, gets = (after.get(k, 0) - before.get(k, 0) for k in ("customJobs.list", "customJobs.get"))
     minutes = result["wall_s"] / 60
     lat = result["latencies"]
-    return {"api_calls_per_min": round(calls / minutes, 1), "cpu_s_per_min": round(result["cpu_s"] / minutes, 3),
+    return {"api_calls_per_min": round((lists + gets) / minutes, 1), "lists_per_min": round(lists / minutes, 1),
+            "gets_per_min": round(gets / minutes, 1), "cpu_s_per_min": round(result["cpu_s"] / minutes, 3),
             "peak_rss_mb": result["peak_rss_mb"], "latency_p50_s": _percentile(lat, 0.5),
             "latency_p95_s": _percentile(lat, 0.95), "latency_p99_s": _percentile(lat, 0.99),
             "events": len(lat), "wall_s": round(result["wall_s"], 1)}
@@ -127,10 +137,11 @@ def main() -> int:
 
     home = tempfile.mkdtemp(prefix="scale_airflow_home_")
     emulator = subprocess.Popen([sys.executable, "-m", "airflow_gpu_sched.cli", "emulator", "--port", "0"],
-                                stdout=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         base = emulator.stdout.readline().strip().rsplit(" ", 1)[-1]
-        env = {**os.environ, "AIRFLOW_HOME": home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        env = {**os.environ, "AIRFLOW_HOME": home, "PYTHONPATH": os.pathsep.join(
+                   p for p in (ROOT, os.environ.get("PYTHONPATH")) if p), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(
                    {"conn_type": "google_cloud_platform", "extra": {"project": PROJECT, "api_endpoint": base}})}
         figures: dict = {"jobs": args.jobs, "interval_s": args.interval}
@@ -142,6 +153,10 @@ def main() -> int:
             b, p = figures["batched"], figures["per_job"]
             figures["api_calls_ratio"] = round(b["api_calls_per_min"] / max(p["api_calls_per_min"], 1e-9), 4)
             figures["cpu_ratio"] = round(b["cpu_s_per_min"] / max(p["cpu_s_per_min"], 1e-9), 4)
+        if "batched" in figures:
+            nominal = args.jobs * 60 / args.interval  # one GET per job per interval
+            figures["nominal_per_job_calls_per_min"] = round(nominal, 1)
+            figures["api_calls_vs_nominal"] = round(figures["batched"]["api_calls_per_min"] / nominal, 5)
     finally:
         emulator.terminate()
         emulator.wait(timeout=10)

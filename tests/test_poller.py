@@ -75,3 +75,110 @@ async def test_an_outage_backs_off_the_poller_once_for_everyone(fast_emulator):
     assert all(e["status"] == "error" and "unreachable" in e["message"] for e in events)
     # one shared poll (a list plus the client's brief retries) per interval, with back-off: not N of them
     assert fast_emulator.stats()["requests"]["customJobs.list"] < 60
+
+
+# --- the poll as Vertex allows it: documented filter fields only, readMask, ended jobs found cheaply
+
+
+async def _watched(emulator, names: list[str]):
+    """A poller watching ``names`` with a long interval: its loop polls once (every watcher hears
+    of its job), then the test drives ``poll_once`` itself, with the emulator's clock."""
+    from airflow_gpu_sched.client import AsyncVertexClient
+
+    async def factory():
+        return AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
+
+    poller = poller_module.shared_poller(("test", PROJECT, LOCATION), factory)
+    watchers = [poller.watch(n, 3600.0) for n in names]
+    first = [await asyncio.wait_for(w.next(), 30) for w in watchers]
+    return poller, watchers, first
+
+
+def _calls(emulator) -> tuple[int, int]:
+    requests = emulator.stats()["requests"]
+    return requests.get("customJobs.list", 0), requests.get("customJobs.get", 0)
+
+
+def _leave(poller, watchers) -> None:
+    for watcher in watchers:
+        poller.unwatch(watcher)
+
+
+def test_the_emulator_refuses_the_old_update_time_filter(emulator):
+    """The guard that would have caught the old poll: Vertex lists have no update_time filter."""
+    from airflow_gpu_sched.client import InvalidArgumentError
+
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
+        with pytest.raises(InvalidArgumentError) as info:
+            list(client.list_custom_jobs(filter='labels.managed-by="airflow-gpu-sched" AND '
+                                                'update_time>="2026-11-30T00:00:00Z"'))
+    assert "update_time" in str(info.value) and "display_name, state, create_time" in str(info.value)
+
+
+async def test_a_waiting_job_is_read_through_the_mask_and_its_end_in_full(emulator):
+    (name,) = _create_jobs(emulator, 1, run_seconds=30)
+    poller, watchers, first = await _watched(emulator, [name])
+    try:
+        assert not first[0].is_terminal()
+        assert first[0].job_spec.worker_pool_specs == []  # the active list's readMask leaves the spec out
+        assert first[0].create_time is not None and first[0].update_time is not None
+        emulator.advance(120)  # the job ends between two polls
+        lists, gets = _calls(emulator)
+        await poller.poll_once()  # would raise InvalidArgumentError on any filter field Vertex lacks
+        (final,) = [await asyncio.wait_for(w.next(), 5) for w in watchers]
+        assert final.state.value == "JOB_STATE_SUCCEEDED"
+        assert final.job_spec.worker_pool_specs[0].machine_spec.machine_type == "n1-standard-4"  # read in full
+        assert _calls(emulator) == (lists + 1, gets + 1)  # one list of active jobs, one GET for the ended one
+    finally:
+        _leave(poller, watchers)
+
+
+async def test_many_jobs_ending_in_one_interval_cost_one_list_of_ended_jobs(emulator):
+    names = _create_jobs(emulator, poller_module.FEW_MISSING + 3, run_seconds=30)
+    poller, watchers, _ = await _watched(emulator, names)
+    try:
+        emulator.advance(120)
+        lists, gets = _calls(emulator)
+        await poller.poll_once()
+        finals = [await asyncio.wait_for(w.next(), 5) for w in watchers]
+        assert [f.name for f in finals] == names and all(f.state.value == "JOB_STATE_SUCCEEDED" for f in finals)
+        # the final event carries what the operator reads (the pools, for GPU-hours) from that list too
+        assert all(f.job_spec.worker_pool_specs for f in finals)
+        assert _calls(emulator) == (lists + 2, gets)  # active jobs, ended jobs: no GET per job
+    finally:
+        _leave(poller, watchers)
+
+
+async def test_a_few_jobs_ending_are_fetched_alone_and_the_others_keep_waiting(emulator):
+    short = _create_jobs(emulator, 2, run_seconds=30)
+    long = _create_jobs(emulator, 3, run_seconds=100_000)
+    poller, watchers, _ = await _watched(emulator, short + long)
+    try:
+        emulator.advance(120)
+        lists, gets = _calls(emulator)
+        await poller.poll_once()
+        finals = [await asyncio.wait_for(w.next(), 5) for w in watchers[:2]]
+        assert all(f.state.value == "JOB_STATE_SUCCEEDED" for f in finals)
+        assert _calls(emulator) == (lists + 1, gets + 2)
+        running = [await asyncio.wait_for(w.next(), 5) for w in watchers[2:]]  # QUEUED -> RUNNING: told
+        assert all(r.state.value == "JOB_STATE_RUNNING" for r in running)
+        await poller.poll_once()  # nothing changed since: no trigger wakes
+        assert all(w._news.empty() for w in watchers[2:])
+    finally:
+        _leave(poller, watchers)
+
+
+async def test_an_unlabelled_job_is_still_watched_by_get(emulator):
+    body = {"displayName": "mine", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+        "containerSpec": {"imageUri": "gcr.io/p/t:1", "env": [{"name": "EMULATOR_RUN_SECONDS", "value": "30"}]}}]}}
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
+        name = client.create_custom_job(body).name
+    poller, watchers, first = await _watched(emulator, [name])
+    try:
+        assert first[0].name == name  # not in our labelled list: read by GET
+        emulator.advance(120)
+        await poller.poll_once()
+        assert (await asyncio.wait_for(watchers[0].next(), 5)).state.value == "JOB_STATE_SUCCEEDED"
+    finally:
+        _leave(poller, watchers)

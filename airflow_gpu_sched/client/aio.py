@@ -170,10 +170,11 @@ class AsyncVertexClient(ClientMethods):
                 return
 
     async def list_models(self, filter: str | None = None, page_size: int | None = None,
-                          project: str | None = None, location: str | None = None) -> AsyncIterator[Model]:
+                          project: str | None = None, location: str | None = None,
+                          read_mask: str | None = None) -> AsyncIterator[Model]:
         token = None
         while True:
-            page = await self.list_models_page(filter, page_size, token, project, location)
+            page = await self.list_models_page(filter, page_size, token, project, location, read_mask)
             for model in page.models:
                 yield model
             if not (token := page.next_page_token):

@@ -322,9 +322,9 @@ class VertexApi:
         return ApiCall("models.get", "GET", name, location_of(name))
 
     def list_models(self, parent: str, filter: str | None = None, page_size: int | None = None,
-                    page_token: str | None = None) -> ApiCall:
-        return ApiCall("models.list", "GET", f"{parent}/models", location_of(parent),
-                       params={"filter": filter, "pageSize": page_size, "pageToken": page_token})
+                    page_token: str | None = None, read_mask: str | None = None) -> ApiCall:
+        params = {"filter": filter, "pageSize": page_size, "pageToken": page_token, "readMask": read_mask}
+        return ApiCall("models.list", "GET", f"{parent}/models", location_of(parent), params=params)
 
     # --- Cloud Quotas (cloudquotas.googleapis.com)
 
@@ -695,8 +695,8 @@ class ClientMethods:
 
     def list_models_page(self, filter: str | None = None, page_size: int | None = None,
                          page_token: str | None = None, project: str | None = None,
-                         location: str | None = None) -> ListModelsResponse:
-        call = self.api.list_models(self._parent(project, location), filter, page_size, page_token)
+                         location: str | None = None, read_mask: str | None = None) -> ListModelsResponse:
+        call = self.api.list_models(self._parent(project, location), filter, page_size, page_token, read_mask)
         return self._execute(call, ListModelsResponse.model_validate)
 
     # --- Cloud Quotas

@@ -149,10 +149,10 @@ class VertexClient(ClientMethods):
                 return
 
     def list_models(self, filter: str | None = None, page_size: int | None = None, project: str | None = None,
-                    location: str | None = None) -> Iterator[Model]:
+                    location: str | None = None, read_mask: str | None = None) -> Iterator[Model]:
         token = None
         while True:
-            page = self.list_models_page(filter, page_size, token, project, location)
+            page = self.list_models_page(filter, page_size, token, project, location, read_mask)
             yield from page.models
             if not (token := page.next_page_token):
                 return

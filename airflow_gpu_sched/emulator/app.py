@@ -18,6 +18,7 @@ from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.backend import ApiError, Backend
+from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal
 from airflow_gpu_sched.emulator.traffic import TrafficRecorder
@@ -122,7 +123,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.create_custom_job(args["project"], args["location"], await _strict_body(request, rpc))
     if rpc == "customJobs.list":
         return backend.list_custom_jobs(args["project"], args["location"], q.get("filter", ""),
-                                        _page_size(request), q.get("pageToken", ""))
+                                        _page_size(request), q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "customJobs.get":
         return backend.get_custom_job(args["name"])
     if rpc == "customJobs.cancel":
@@ -148,7 +149,8 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
                                                         await _strict_body(request, rpc))
     if rpc == "hyperparameterTuningJobs.list":
         return backend.list_hyperparameter_tuning_jobs(args["project"], args["location"], q.get("filter", ""),
-                                                       _page_size(request), q.get("pageToken", ""))
+                                                       _page_size(request), q.get("pageToken", ""),
+                                                       q.get("readMask", ""))
     if rpc == "hyperparameterTuningJobs.get":
         return backend.get_hyperparameter_tuning_job(args["name"])
     if rpc == "hyperparameterTuningJobs.cancel":
@@ -160,7 +162,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.create_training_pipeline(args["project"], args["location"], await _strict_body(request, rpc))
     if rpc == "trainingPipelines.list":
         return backend.list_training_pipelines(args["project"], args["location"], q.get("filter", ""),
-                                               _page_size(request), q.get("pageToken", ""))
+                                               _page_size(request), q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "trainingPipelines.get":
         return backend.get_training_pipeline(args["name"])
     if rpc == "trainingPipelines.cancel":
@@ -170,7 +172,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.delete_training_pipeline(args["name"])
     if rpc == "models.list":
         return backend.list_models(args["project"], args["location"], q.get("filter", ""), _page_size(request),
-                                   q.get("pageToken", ""))
+                                   q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "models.get":
         return backend.get_model(args["name"])
     if rpc == "quotaInfos.list":
@@ -201,6 +203,9 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         refusal = auth.refusal(kind)
         if refusal:
             return _error(ApiError("UNAUTHENTICATED", refusal))
+        unknown = query_refusal(rpc, request.query_params.keys())  # a parameter the method lacks: 400
+        if unknown:
+            return _error(unknown)
         faults = backend.faults
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)

@@ -43,6 +43,8 @@ from pydantic import ValidationError
 from airflow_gpu_sched import catalog
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
+from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
+from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore
@@ -142,8 +144,7 @@ class JobRecord:
 
     def filter_record(self) -> dict:
         return {"display_name": self.job.display_name, "state": self.state.value,
-                "create_time": self.job.create_time, "update_time": self.job.update_time,
-                "labels": self.job.labels or {}}
+                "create_time": self.job.create_time, "labels": self.job.labels or {}}
 
 
 @dataclass
@@ -155,8 +156,8 @@ class ResourceRecord:
 
 
 @lru_cache(maxsize=256)
-def _cached_filter(text: str):
-    return parse_filter(text)
+def _cached_filter(text: str, collection: str):
+    return parse_filter(text, collection)
 
 
 class Backend(JobTypesMixin):
@@ -521,18 +522,24 @@ class Backend(JobTypesMixin):
         return record
 
     def list_custom_jobs(self, project: str, location: str, filter_text: str = "",
-                         page_size: int | None = None, page_token: str = "") -> dict:
+                         page_size: int | None = None, page_token: str = "", read_mask: str = "") -> dict:
         return self._list_page(self.jobs.values(), "customJobs", project, location, filter_text, page_size,
-                               page_token)
+                               page_token, read_mask=read_mask)
 
     def _list_page(self, records: Any, key: str, project: str, location: str, filter_text: str = "",
-                   page_size: int | None = None, page_token: str = "", wire: Any = None) -> dict:
+                   page_size: int | None = None, page_token: str = "", wire: Any = None,
+                   read_mask: str = "") -> dict:
         """One page of ``records`` (in creation order; each with seq, project, location,
-        filter_record() and wire()) newest first, filtered, under ``key``."""
+        filter_record() and wire()) newest first, filtered by the collection ``key``'s filter
+        fields, projected to ``read_mask``, under ``key``."""
         try:
-            predicate = _cached_filter(filter_text or "")
+            predicate = _cached_filter(filter_text or "", key)
         except FilterError as exc:
             raise ApiError("INVALID_ARGUMENT", f"Invalid filter: {exc}") from None
+        try:
+            mask = parse_read_mask(key, read_mask)
+        except FieldMaskError as exc:
+            raise ApiError("INVALID_ARGUMENT", f"Invalid readMask: {exc}") from None
         if page_size is not None and page_size < 0:
             raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
@@ -550,7 +557,8 @@ class Backend(JobTypesMixin):
                 more = True
                 break
             page.append(record)
-        body: dict[str, Any] = {key: [(wire or (lambda r: r.wire()))(r) for r in page]} if page else {}
+        body: dict[str, Any] = {key: [project_mask((wire or (lambda r: r.wire()))(r), mask) for r in page]} \
+            if page else {}
         if more:
             body["nextPageToken"] = _encode_token(page[-1].seq, filter_text)
         return body

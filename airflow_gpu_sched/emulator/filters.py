@@ -1,4 +1,4 @@
-"""Parser and evaluator for the Vertex AI ``customJobs.list`` ``filter=`` syntax.
+"""Parser and evaluator for the ``filter=`` of Vertex AI's list methods, per collection.
 
 This is a small subset of AIP-160, enough for the emulator::
 
@@ -9,12 +9,18 @@ This is a small subset of AIP-160, enough for the emulator::
     comparison := field op value
     value      := "double quoted"  (\\" and \\\\ escapes) | bare_word
 
-Fields and the operators each one accepts:
+Fields and the operators each one accepts are exactly what Google documents for that
+collection's ``list`` (the ``filter`` parameter of the aiplatform v1 discovery document;
+:data:`FIELDS`); any other field, ``update_time`` included, is refused naming the supported ones:
 
-    display_name            =  !=  :
-    state                   =  !=            (enum names, e.g. JOB_STATE_RUNNING)
-    create_time update_time =  !=  <  <=  >  >=   (RFC 3339, e.g. "2026-11-30T00:00:00Z")
-    labels.KEY              =  !=  :
+    customJobs, hyperparameterTuningJobs:
+        display_name  =  !=  :      state  =  !=   (enum names, e.g. JOB_STATE_RUNNING)
+        create_time   =  !=  <  <=  >  >=   (RFC 3339, e.g. "2026-11-30T00:00:00Z")
+        labels.KEY    =  !=  :      (``labels.KEY=value``, ``labels.KEY:*``)
+    trainingPipelines: the above, plus training_task_definition  =  !=  :
+    models: model (the id)  =  !=   display_name  =  !=   labels.KEY  =  !=  :  (and
+        ``labels:KEY``)   base_model_name  =   (snake_case or camelCase field names)
+    persistentResources.list takes no filter at all (the method has no such parameter).
 
 ``:`` is "has": with a ``*`` in the value it is an fnmatch-style wildcard match
 over the whole value, otherwise a substring test.  ``labels.KEY:*`` means the
@@ -31,9 +37,9 @@ Usage::
     pred = parse_filter('state=JOB_STATE_RUNNING AND labels.team:*')
     matching = [r for r in records if pred(r)]
 
-A record is a mapping with ``display_name`` (str), ``state`` (str),
-``create_time`` / ``update_time`` (tz-aware datetime) and ``labels``
-(dict[str, str]).  Syntax errors raise :class:`FilterError`.
+A record is a mapping with the collection's fields: ``display_name`` (str),
+``state`` (str), ``create_time`` (tz-aware datetime), ``labels`` (dict[str, str]), ...
+Syntax errors and unsupported fields raise :class:`FilterError`.
 """
 
 from __future__ import annotations
@@ -44,18 +50,26 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
-__all__ = ["FilterError", "Predicate", "parse_filter"]
+__all__ = ["FIELDS", "FilterError", "Predicate", "parse_filter"]
 
 
 class FilterError(ValueError):
     """A filter string could not be parsed; the message names the column."""
 
 
-_STRING_FIELDS = {"display_name": ("=", "!=", ":"), "state": ("=", "!=")}
-_TIME_FIELDS = ("create_time", "update_time")
 _TIME_OPS = ("=", "!=", "<", "<=", ">", ">=")
 _LABEL_OPS = ("=", "!=", ":")
-_SUPPORTED = "create_time, display_name, labels.<key>, state, update_time"
+_JOB_FIELDS = {"display_name": ("string", ("=", "!=", ":")), "state": ("string", ("=", "!=")),
+               "create_time": ("time", _TIME_OPS), "labels": ("labels", _LABEL_OPS)}
+# collection -> field -> (kind, operators), as each list's ``filter`` parameter documents them
+FIELDS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+    "customJobs": _JOB_FIELDS,
+    "hyperparameterTuningJobs": _JOB_FIELDS,
+    "trainingPipelines": {**_JOB_FIELDS, "training_task_definition": ("string", ("=", "!=", ":"))},
+    "models": {"model": ("string", ("=", "!=")), "display_name": ("string", ("=", "!=")),
+               "labels": ("labels", _LABEL_OPS), "base_model_name": ("string", ("=",))},
+}
+_CAMEL_ALIASES = {"models": {"displayName": "display_name", "baseModelName": "base_model_name"}}  # "both supported"
 _KEYWORDS = ("AND", "OR", "NOT")
 _OPERATORS = ("<=", ">=", "!=", "=", "<", ">", ":")  # longest first
 
@@ -219,28 +233,44 @@ _CMP: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _compile(field: _Tok, op: _Tok, value: _Tok) -> Predicate:
-    name, v = field.text, value.text
+def _supported(collection: str) -> str:
+    return ", ".join("labels.<key>" if f == "labels" else f for f in FIELDS[collection])
 
-    def bad_op(allowed: tuple[str, ...]) -> FilterError:
+
+def _compile(field: _Tok, op: _Tok, value: _Tok, collection: str) -> Predicate:
+    name, v = field.text, value.text
+    fields = FIELDS[collection]
+    name = _CAMEL_ALIASES.get(collection, {}).get(name, name)
+    if name.startswith("labels.") and len(name) > len("labels.") and "labels" in fields:
+        base = "labels"
+    elif name == "labels" and op.text == ":" and collection == "models":  # ``labels:key``: key existence
+        base, name, v = "labels", f"labels.{v}", "*"
+    else:
+        base = name
+    if base not in fields or (base == "labels" and name == "labels"):
+        raise FilterError(
+            f"filter: unsupported field '{field.text}' at column {field.col}; {collection}.list supports "
+            f"only these fields: {_supported(collection)}"
+        )
+    kind, allowed = fields[base]
+
+    def bad_op() -> FilterError:
         return FilterError(
             f"filter: operator '{op.text}' at column {op.col} is not supported for "
             f"field '{name}'; expected one of {' '.join(allowed)}"
         )
 
-    if name in _STRING_FIELDS:
-        allowed = _STRING_FIELDS[name]
-        if op.text not in allowed:
-            raise bad_op(allowed)
+    if op.text not in allowed:
+        raise bad_op()
+
+    if kind == "string":
         get = lambda r: str(r.get(name) or "")  # noqa: E731
         if op.text == ":":
             return _Compare(name, ":", v, lambda r: _has(get(r), v))
         cmp = _CMP[op.text]
         return _Compare(name, op.text, v, lambda r: cmp(get(r), v))
 
-    if name in _TIME_FIELDS:
-        if op.text not in _TIME_OPS:
-            raise bad_op(_TIME_OPS)
+    if kind == "time":
         when = _parse_time(v)
         if when is None:
             raise FilterError(
@@ -255,22 +285,15 @@ def _compile(field: _Tok, op: _Tok, value: _Tok) -> Predicate:
 
         return _Compare(name, op.text, when, test_time)
 
-    if name.startswith("labels.") and len(name) > len("labels."):
-        key = name[len("labels.") :]
-        if op.text not in _LABEL_OPS:
-            raise bad_op(_LABEL_OPS)
-        labels = lambda r: r.get("labels") or {}  # noqa: E731
-        if op.text == ":" and v == "*":
-            return _Compare(name, ":", v, lambda r: key in labels(r))
-        if op.text == ":":
-            return _Compare(name, ":", v, lambda r: key in labels(r) and _has(labels(r)[key], v))
-        if op.text == "=":
-            return _Compare(name, "=", v, lambda r: labels(r).get(key) == v)
-        return _Compare(name, "!=", v, lambda r: labels(r).get(key) != v)
-
-    raise FilterError(
-        f"filter: unknown field '{name}' at column {field.col}; supported fields: {_SUPPORTED}"
-    )
+    key = name[len("labels.") :]
+    labels = lambda r: r.get("labels") or {}  # noqa: E731
+    if op.text == ":" and v == "*":
+        return _Compare(name, ":", v, lambda r: key in labels(r))
+    if op.text == ":":
+        return _Compare(name, ":", v, lambda r: key in labels(r) and _has(labels(r)[key], v))
+    if op.text == "=":
+        return _Compare(name, "=", v, lambda r: labels(r).get(key) == v)
+    return _Compare(name, "!=", v, lambda r: labels(r).get(key) != v)
 
 
 # --------------------------------------------------------------------------
@@ -279,9 +302,10 @@ def _compile(field: _Tok, op: _Tok, value: _Tok) -> Predicate:
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, collection: str) -> None:
         self.toks = _tokenize(text)
         self.i = 0
+        self.collection = collection
 
     @property
     def tok(self) -> _Tok:
@@ -347,11 +371,14 @@ class _Parser:
         if value.kind not in ("STR", "WORD") or (value.kind == "WORD" and value.text in _KEYWORDS):
             raise self.error(value, f"a value after '{op.text}'")
         self.advance()
-        return _compile(field, op, value)
+        return _compile(field, op, value, self.collection)
 
 
-def parse_filter(text: str) -> Predicate:
-    """Parse a list filter into a predicate; blank text matches every record."""
+def parse_filter(text: str, collection: str = "customJobs") -> Predicate:
+    """Parse the list filter of ``collection`` (a key of :data:`FIELDS`) into a predicate;
+    blank text matches every record."""
+    if collection not in FIELDS:
+        raise FilterError(f"filter: {collection}.list takes no filter")
     if not text or not text.strip():
         return _All()
-    return _Parser(text).parse()
+    return _Parser(text, collection).parse()

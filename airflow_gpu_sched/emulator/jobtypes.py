@@ -79,8 +79,7 @@ class TuningRecord:
 
     def filter_record(self) -> dict:
         return {"display_name": self.job.display_name, "state": self.job.state.value,  # type: ignore[union-attr]
-                "create_time": self.job.create_time, "update_time": self.job.update_time,
-                "labels": self.job.labels or {}}
+                "create_time": self.job.create_time, "labels": self.job.labels or {}}
 
 
 @dataclass
@@ -98,7 +97,8 @@ class PipelineRecord:
     def filter_record(self) -> dict:
         p = self.pipeline
         return {"display_name": p.display_name, "state": p.state.value,  # type: ignore[union-attr]
-                "create_time": p.create_time, "update_time": p.update_time, "labels": p.labels or {}}
+                "create_time": p.create_time, "labels": p.labels or {},
+                "training_task_definition": p.training_task_definition or ""}
 
 
 @dataclass
@@ -117,8 +117,9 @@ class ModelRecord:
 
     def filter_record(self) -> dict:
         model = self.default()
-        return {"display_name": model.display_name, "state": "", "create_time": model.create_time,
-                "update_time": model.update_time, "labels": model.labels or {}}
+        # base_model_name: the emulator registers no model from a base model (assumed: always "")
+        return {"model": self.name.rsplit("/", 1)[-1], "display_name": model.display_name,
+                "labels": model.labels or {}, "base_model_name": ""}
 
 
 class _RegistrationFailed(Exception):
@@ -190,9 +191,10 @@ class JobTypesMixin:
         return self._tuning(name).wire()
 
     def list_hyperparameter_tuning_jobs(self, project: str, location: str, filter_text: str = "",
-                                        page_size: int | None = None, page_token: str = "") -> dict:
+                                        page_size: int | None = None, page_token: str = "",
+                                        read_mask: str = "") -> dict:
         return self._list_page(self.tuning_jobs.values(), "hyperparameterTuningJobs", project, location,
-                               filter_text, page_size, page_token, wire=TuningRecord.list_wire)
+                               filter_text, page_size, page_token, wire=TuningRecord.list_wire, read_mask=read_mask)
 
     def cancel_hyperparameter_tuning_job(self, name: str) -> dict:
         record = self._tuning(name)
@@ -358,9 +360,9 @@ class JobTypesMixin:
         return self._pipeline(name).wire()
 
     def list_training_pipelines(self, project: str, location: str, filter_text: str = "",
-                                page_size: int | None = None, page_token: str = "") -> dict:
+                                page_size: int | None = None, page_token: str = "", read_mask: str = "") -> dict:
         return self._list_page(self.pipelines.values(), "trainingPipelines", project, location, filter_text,
-                               page_size, page_token)
+                               page_size, page_token, read_mask=read_mask)
 
     def cancel_training_pipeline(self, name: str) -> dict:
         record = self._pipeline(name)
@@ -463,9 +465,9 @@ class JobTypesMixin:
         raise _backend.ApiError("NOT_FOUND", f'The Model "{name}" does not exist.')
 
     def list_models(self, project: str, location: str, filter_text: str = "", page_size: int | None = None,
-                    page_token: str = "") -> dict:
+                    page_token: str = "", read_mask: str = "") -> dict:
         return self._list_page(self.models.values(), "models", project, location, filter_text, page_size,
-                               page_token)
+                               page_token, read_mask=read_mask)
 
     # ------------------------------------------------------------------ Cloud Quotas
 

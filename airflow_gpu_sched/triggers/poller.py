@@ -3,19 +3,25 @@ by every :class:`CustomJobTrigger` of this package there.
 
 Vertex allows about 600 get/list requests per minute per project and region. Polling each job
 with its own GET every 10 s spends that budget at 100 jobs. The shared poller instead, once per
-interval:
+interval, using only the filter fields Google documents for these lists (``display_name``,
+``state``, ``create_time``, ``labels``; there is no ``update_time``):
 
-1. lists this package's jobs that are active or changed since the last poll, with paged list
-   calls on the job type's collection (``customJobs``, ...; filter: our ``managed-by`` label,
-   created no earlier than the oldest job watched, and either not in a terminal state or updated at or after the newest
-   ``updateTime`` the last poll saw, so a job that just ended arrives with its final state and
-   error in the same list), and
-2. GETs only the watched jobs still missing (no label, or ended before the poller knew them),
+1. lists this package's active jobs: paged list calls on the job type's collection
+   (``customJobs``, ...) with the filter ``labels.managed-by="airflow-gpu-sched" AND
+   create_time>="<oldest watched - margin>" AND NOT (<terminal states>)`` (the create_time bound
+   once every watched job's createTime is known) and a ``readMask`` of what a trigger reads while
+   it waits (:data:`~airflow_gpu_sched.job_types.WATCH_FIELDS`);
+2. a watched job missing from that list has ended (or carries no label): with at most
+   :data:`FEW_MISSING` of them it GETs each; with more, ONE paged list of our ended jobs created
+   between the oldest and the newest missing one (``create_time`` bounds, the terminal states,
+   the mask of what the final event carries), then GETs any still missing.
 
-then wakes only the triggers whose job changed. A 429 or 5xx backs off the whole poller (every
-watcher is told, and keeps its own transient-error window); the poller task ends when its last
-watcher leaves; a trigger that is cancelled or moved to another triggerer leaves in ``finally``.
-Nothing blocks the loop: all I/O is the async client's.
+Every final event comes from a GET or that list of ended jobs, never from the list of active
+ones (a terminal job found there is treated as missing), so the final event carries what the
+operator reads. Then only the triggers whose job changed wake. A 429 or 5xx backs off the whole
+poller (every watcher is told, and keeps its own transient-error window); the poller task ends
+when its last watcher leaves; a trigger that is cancelled or moved to another triggerer leaves
+in ``finally``. Nothing blocks the loop: all I/O is the async client's.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from airflow_gpu_sched.models import format_timestamp
 log = logging.getLogger(__name__)
 
 OURS = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
-CLOCK_MARGIN = timedelta(seconds=2)  # updateTime granularity and ordering slack
+CLOCK_MARGIN = timedelta(seconds=2)  # slack on the create_time bounds (timestamp precision)
+FEW_MISSING = 3  # up to this many ended jobs in one interval: a GET each; more: one list of ended jobs
 PAGE_SIZE = 500
 MAX_BACKOFF = 120.0
 JITTER = 0.1  # share of the interval added at random, so pollers in many triggerers drift apart
@@ -69,7 +76,6 @@ class SharedJobPoller:
         self._watchers: dict[str, set[Watcher]] = {}
         self._last_seen: dict[str, tuple] = {}  # job name -> (state, update_time) last told
         self._create_times: dict[str, datetime] = {}
-        self._high_water: datetime | None = None  # newest updateTime the last poll saw
         self._task: asyncio.Task | None = None
         self._failures = 0
         self.calls = 0  # API requests this poller made (lists and gets)
@@ -126,19 +132,13 @@ class SharedJobPoller:
             self._client = await self._client_factory()
         wanted = set(self._watchers)
         found: dict[str, Any] = {}
-        token, flt, newest = None, self._filter(), self._high_water
-        while True:  # active or just-changed jobs, page by page
-            page = await self.job_type.list_page(self._client, flt, self._page_size, token)
-            self.calls += 1
-            for job in self.job_type.items(page):
-                if job.update_time is not None and (newest is None or job.update_time > newest):
-                    newest = job.update_time
-                if job.name in wanted:
-                    found[job.name] = job
-            if not (token := page.next_page_token):
-                break
-        self._high_water = newest
-        for name in wanted - set(found):  # ended, or not ours to list: ask for it alone
+        await self._list_into(found, wanted, self._active_filter(), self.job_type.watch_mask(), final=False)
+        missing = wanted - set(found)  # ended since the last poll, or not ours to list
+        dated = {n: self._create_times[n] for n in missing if n in self._create_times}
+        if len(dated) > FEW_MISSING:  # many ended at once: one list of ended jobs, not a GET each
+            await self._list_into(found, missing, self._ended_filter(dated.values()), self.job_type.final_mask(),
+                                  final=True)
+        for name in wanted - set(found):  # ask for each one alone
             if name not in self._watchers:
                 continue
             try:
@@ -155,17 +155,34 @@ class SharedJobPoller:
                 self._last_seen[name] = seen
                 self._tell(name, job)
 
-    def _filter(self) -> str:
-        parts, not_terminal = [OURS], self.job_type.not_terminal_filter()
+    async def _list_into(self, found: dict[str, Any], wanted: set[str], flt: str, read_mask: str,
+                         final: bool) -> None:
+        """Page through one list; keep the wanted jobs. From the list of active jobs (masked to what
+        a waiting trigger reads) a job already ended is left out: its final read is a GET or the
+        list of ended jobs."""
+        token = None
+        while True:
+            page = await self.job_type.list_page(self._client, flt, self._page_size, token, read_mask)
+            self.calls += 1
+            for job in self.job_type.items(page):
+                if job.name in wanted and (final or not self.job_type.view(job).is_terminal()):
+                    found[job.name] = job
+            if not (token := page.next_page_token):
+                return
+
+    def _active_filter(self) -> str:
+        parts = [OURS]
         if self._create_times and set(self._create_times) >= set(self._watchers):
             oldest = min(self._create_times.values()) - CLOCK_MARGIN
             parts.append(f'create_time>="{format_timestamp(oldest)}"')
-        if self._high_water is not None:
-            since = format_timestamp(self._high_water - CLOCK_MARGIN)
-            parts.append(f'({not_terminal} OR update_time>="{since}")')
-        else:
-            parts.append(not_terminal)
+        parts.append(self.job_type.not_terminal_filter())
         return " AND ".join(parts)
+
+    def _ended_filter(self, create_times: Any) -> str:
+        times = list(create_times)
+        return " AND ".join([OURS, f'create_time>="{format_timestamp(min(times) - CLOCK_MARGIN)}"',
+                             f'create_time<="{format_timestamp(max(times) + CLOCK_MARGIN)}"',
+                             self.job_type.terminal_filter()])
 
     def _tell(self, name: str, item: Any) -> None:
         for watcher in self._watchers.get(name, ()):
