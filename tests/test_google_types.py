@@ -122,11 +122,11 @@ def test_the_emulator_records_exchanges_only_while_asked(emulator, parent):
     requests.get(url, timeout=5)
     emulator.start_traffic()
     requests.post(url, json=JOB, timeout=5)
-    requests.get(f"{emulator.url}/v1/{parent}/customJobs/nope", params={"x": "1"}, timeout=5)
+    requests.get(f"{emulator.url}/v1/{parent}/customJobs/nope", params={"alt": "json"}, timeout=5)
     recorded = emulator.traffic()
     assert [(e["rpc"], e["method"], e["status"]) for e in recorded] == [
         ("customJobs.create", "POST", 200), ("customJobs.get", "GET", 404)]
-    assert json.loads(recorded[0]["requestBody"]) == JOB and recorded[1]["query"] == [["x", "1"]]
+    assert json.loads(recorded[0]["requestBody"]) == JOB and recorded[1]["query"] == [["alt", "json"]]
     assert json.loads(recorded[0]["responseBody"])["state"] == "JOB_STATE_QUEUED"
     emulator.reset()
     requests.get(url, timeout=5)

@@ -44,6 +44,7 @@ QUERY_PARAMETERS: dict[str, tuple[str, ...]] = {
     "persistentResources.get": (),
     "persistentResources.delete": (),
     "operations.get": (),
+    "persistentResources.operations.get": (),
     "hyperparameterTuningJobs.create": (),
     "hyperparameterTuningJobs.list": _LIST,
     "hyperparameterTuningJobs.get": (),

@@ -37,8 +37,6 @@ S = JobState
 # Against Google a job takes minutes to run; the suite-wide 300 s timeout is for the emulator.
 pytestmark = pytest.mark.timeout(3600 if AGAINST_GOOGLE else 300)
 # The emulator's refusal of these lands with the branches poller (filters) and strict (bodies).
-LANDS_LATER = pytest.mark.xfail(not AGAINST_GOOGLE, strict=False,
-                                reason="emulator refusal lands with branch poller/strict")
 LIFE_CYCLE = [S.JOB_STATE_QUEUED, S.JOB_STATE_PENDING, S.JOB_STATE_RUNNING, S.JOB_STATE_SUCCEEDED]
 
 
@@ -118,7 +116,6 @@ def test_an_unknown_field_in_a_body_is_a_400_invalid_argument_naming_it(target, 
     assert "maxWaitDuration" in answer["error"]["message"]  # Google: Unknown name "maxWaitDuration" at 'custom_job'
 
 
-@LANDS_LATER
 def test_a_list_filter_on_update_time_is_a_400_invalid_argument(target, observe):
     status, answer = raw(target, observe, "customJobs.list", "GET", f"{target.parent}/customJobs",
                          params={"filter": 'update_time>="2026-01-01T00:00:00Z"'})
