@@ -90,12 +90,14 @@ MATCH_CASES = [
     case('state=JOB_STATE_RUNNING labels.team="ml"', True, "implicit-and-true"),
     case('state=JOB_STATE_RUNNING labels.team="ops"', False, "implicit-and-false"),
     case("state=JOB_STATE_RUNNING NOT labels.team:*", False, "implicit-and-not"),
-    # precedence: NOT > AND > OR
-    case("state=JOB_STATE_RUNNING OR state=X AND state=Y", True, "and-binds-tighter-than-or"),
-    case("state=X AND state=Y OR state=JOB_STATE_RUNNING", True, "and-binds-tighter-than-or-2"),
+    # precedence as AIP-160 (Google's list filters) has it: NOT > OR > juxtaposition > AND
+    case("state=JOB_STATE_RUNNING OR state=X AND state=Y", False, "or-binds-tighter-than-and"),
+    case("state=X AND state=Y OR state=JOB_STATE_RUNNING", False, "or-binds-tighter-than-and-2"),
+    case("state=JOB_STATE_RUNNING AND state=X OR labels.team:*", True, "or-binds-tighter-than-and-3"),
     case("NOT state=JOB_STATE_RUNNING OR labels.team:*", True, "not-binds-tighter-than-or"),
     case("NOT state=JOB_STATE_RUNNING AND labels.team:*", False, "not-binds-tighter-than-and"),
-    case("state=JOB_STATE_RUNNING OR state=X state=Y", True, "implicit-and-tighter-than-or"),
+    case("state=JOB_STATE_RUNNING OR state=X state=Y", False, "or-tighter-than-implicit-and"),
+    case("state=JOB_STATE_RUNNING labels.team:* OR state=X", True, "or-tighter-than-implicit-and-2"),
     # parentheses
     case("(state=JOB_STATE_RUNNING OR state=X) AND state=Y", False, "parens-override"),
     case("NOT (state=JOB_STATE_RUNNING AND labels.team:*)", False, "not-parens"),

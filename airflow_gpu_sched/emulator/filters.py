@@ -3,8 +3,9 @@
 This is a small subset of AIP-160, enough for the emulator::
 
     filter     := [expr]                      # empty / blank -> matches everything
-    expr       := and_expr ("OR" and_expr)*
-    and_expr   := unary (["AND"] unary)*      # juxtaposition is an implicit AND
+    expr       := sequence ("AND" sequence)*
+    sequence   := factor (factor)*            # juxtaposition is an implicit AND
+    factor     := unary ("OR" unary)*
     unary      := "NOT" unary | "(" expr ")" | comparison
     comparison := field op value
     value      := "double quoted"  (\\" and \\\\ escapes) | bare_word
@@ -27,10 +28,10 @@ over the whole value, otherwise a substring test.  ``labels.KEY:*`` means the
 label key exists.  A missing label never equals anything, so ``labels.k!="v"``
 matches records without label ``k``.
 
-Keywords ``AND``, ``OR`` and ``NOT`` are case-sensitive.  **Precedence is
-NOT > AND > OR** (``a OR b AND c`` is ``a OR (b AND c)``).  Note that AIP-160
-proper makes OR bind tighter than AND; we deliberately use the conventional
-reading, which is what most users write and expect.
+Keywords ``AND``, ``OR`` and ``NOT`` are case-sensitive.  **Precedence is AIP-160's**
+(https://google.aip.dev/160, the grammar Google's list filters follow): NOT, then OR, then
+juxtaposition, then AND, so ``a AND b OR c`` is ``a AND (b OR c)``, unlike most languages.
+Filters our own code writes parenthesize every OR, so they read the same either way.
 
 Usage::
 
@@ -329,21 +330,27 @@ class _Parser:
             raise self.error(self.tok, "AND, OR or end of input")
         return pred
 
+    # AIP-160's precedence, which Google's list filters follow: OR binds tightest, then
+    # juxtaposition (an implicit AND), then AND: ``a AND b OR c`` is ``a AND (b OR c)``.
     def expr(self) -> Predicate:
-        pred = self.and_expr()
-        while self.is_word("OR"):
+        pred = self.sequence()
+        while self.is_word("AND"):
             self.advance()
-            pred = _Or(pred, self.and_expr())
+            pred = _And(pred, self.sequence())
         return pred
 
-    def and_expr(self) -> Predicate:
+    def sequence(self) -> Predicate:
+        pred = self.factor()
+        while self.tok.kind == "(" or (self.tok.kind == "WORD" and not self.is_word("AND") and not self.is_word("OR")):
+            pred = _And(pred, self.factor())  # juxtaposition
+        return pred
+
+    def factor(self) -> Predicate:
         pred = self.unary()
-        while True:
-            if self.is_word("AND"):
-                self.advance()
-            elif not (self.tok.kind == "(" or (self.tok.kind == "WORD" and not self.is_word("OR"))):
-                return pred
-            pred = _And(pred, self.unary())  # explicit or implicit AND
+        while self.is_word("OR"):
+            self.advance()
+            pred = _Or(pred, self.unary())
+        return pred
 
     def unary(self) -> Predicate:
         if self.is_word("NOT"):
