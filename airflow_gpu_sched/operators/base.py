@@ -362,7 +362,7 @@ class VertexTrainingOperator(BaseOperator):
             self.log.info("re-attaching to %s (%s), submitted by an earlier try%s", existing.name,
                           existing.state.value, "" if ledger.running_bound[0] is None else
                           " (with the same bound on its time before RUNNING)")
-            return self.wait_for_job(context, existing.name)
+            return self.wait_for_job(context, existing.name, ledger.running_bound)
         return self.start(context, ledger)
 
     def start(self, context: Context, ledger: SubmissionLedger) -> Any:
@@ -413,7 +413,7 @@ class VertexTrainingOperator(BaseOperator):
                                                                      location), record)
         bound = self._running_bound(context, ledger, step)
         ledger.set_running_bound(bound[0].timestamp() if bound else None, bound[1] if bound else None)
-        return self.wait_for_job(context, name)
+        return self.wait_for_job(context, name, ledger.running_bound)
 
     def _running_bound(self, context: Context, ledger: SubmissionLedger, step: Step) -> tuple[datetime, str] | None:
         """By when the job just submitted must first be RUNNING (:func:`plans.running_bound`)."""
@@ -571,11 +571,13 @@ class VertexTrainingOperator(BaseOperator):
                       len(ledger.attempts) + 1)
         return created.name
 
-    def wait_for_job(self, context: Context, job_name: str) -> Any:
+    def wait_for_job(self, context: Context, job_name: str,
+                     bound: tuple[float | None, str | None] = (None, None)) -> Any:
+        """Wait for the job; ``bound``: (epoch seconds by which it must first be RUNNING, why)."""
         from airflow_gpu_sched.triggers import CustomJobTrigger
 
         self._job_name = job_name
-        running_by, why = SubmissionLedger.from_context(context).running_bound
+        running_by, why = bound
         trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
                                    running_by=running_by, bound_reason=why)
         if self.deferrable:
