@@ -252,8 +252,8 @@ class Backend(JobTypesMixin):
         if record.state is not S.JOB_STATE_QUEUED:
             return
         if not self.quotas.fits(record.project, record.location, record.quota):
-            self._schedule(when + timedelta(seconds=self._stockout_seconds(record) or 0.0), "stockout",
-                           record.job.name, record.epoch)
+            again = max(1.0, self._stockout_seconds(record) or 0.0)  # never the same instant: no event loop
+            self._schedule(when + timedelta(seconds=again), "stockout", record.job.name, record.epoch)
             return
         # observed: openreview/openreview-expertise#401; the code (8) and no ErrorInfo are assumed
         self._fail(record, when, _error_status("RESOURCE_EXHAUSTED",
