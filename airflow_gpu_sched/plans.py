@@ -6,10 +6,10 @@ pipeline failed for quota, a STANDARD stockout, a job not RUNNING within the ste
 failure of the user's code never advances it. Each step may list ``locations``; by default the
 next region is tried before the next step.
 
-Every step takes ``capacity_wait_timeout``: how long its job may take to be RUNNING for the
-first time (QUEUED for quota or capacity, PENDING while provisioning) before the operator
-cancels it and moves on (None: no bound of its own; a persistent step: default 1 hour, which
-also bounds the wait for free replicas before submitting). :func:`running_bound` decides which
+Every step takes ``capacity_wait_timeout``: how long its job may take, from its submission, to
+be RUNNING for the first time (QUEUED for quota or capacity, PENDING while provisioning) before
+the operator cancels it and moves on (None: no bound of its own; a persistent step: default 1
+hour, which also bounds the wait for free replicas before submitting). :func:`running_bound` decides which
 bound applies (with a ``deadline``, the smaller of it and deadline - expected_run_time).
 
 Steps are typed objects, or plain dicts whose keys are the operators' own argument names::
@@ -200,8 +200,7 @@ def running_bound(step: Step, since: datetime, deadline: datetime | None = None,
                   expected_run_time: timedelta | None = None) -> tuple[datetime, str] | None:
     """By when the step's job must first be RUNNING, and why; None when nothing bounds it.
 
-    ``since``: when the step began to wait (its submit, or a persistent pool's wait before it).
-    The step's own ``capacity_wait_timeout`` counts from ``since``; a plan ``deadline`` implies
+    ``since``: when the job was submitted. The step's own ``capacity_wait_timeout`` counts from ``since``; a plan ``deadline`` implies
     one too (the job must start by deadline - expected_run_time to finish in time); the smaller
     wins. FLEX_START takes no deadline bound here: its ``maxWaitDuration`` is clipped to the
     deadline and the service enforces it (an operator bound at the same instant would only race it).

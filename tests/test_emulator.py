@@ -454,6 +454,16 @@ def test_a_standard_job_stocked_out_fails_after_the_services_retries(vertex, emu
     assert vertex.state(spot) == "SUCCEEDED"
 
 
+def test_a_scenario_file_sets_the_stockout_per_location_and_accelerator(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "capacity": [
+        {"location": LOCATION, "acceleratorType": "NVIDIA_TESLA_A100", "standard": 0, "standardStockoutSeconds": 60}]})
+    here = vertex.create(job())["name"]
+    h100 = vertex.create(job(machine="a3-highgpu-1g", accelerator="NVIDIA_H100_80GB", run_seconds=1000))["name"]
+    emulator.advance(61)
+    assert vertex.state(here) == "FAILED"
+    assert vertex.state(h100) in ("PENDING", "RUNNING")  # another accelerator: its capacity is there
+
+
 def test_a_standard_job_waiting_for_quota_is_not_a_stockout(vertex, emulator):
     emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=1)
     emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard_stockout_seconds=100)

@@ -131,6 +131,27 @@ async def test_the_bound_counts_only_until_the_first_running(fast_emulator):
     assert event["status"] == "succeeded" and fast_emulator.stats()["cancels"] == 0
 
 
+@pytest.mark.parametrize("state, started, running_by, now, expired", [
+    ("JOB_STATE_QUEUED", False, 100.0, 100.0, True),
+    ("JOB_STATE_PENDING", False, 100.0, 150.0, True),
+    ("JOB_STATE_QUEUED", False, 100.0, 99.0, False),  # not yet
+    ("JOB_STATE_QUEUED", False, None, 1e12, False),  # no bound
+    ("JOB_STATE_QUEUED", True, 100.0, 150.0, False),  # ran once (startTime): a SPOT restart, not the bound's
+    ("JOB_STATE_RUNNING", False, 100.0, 150.0, False),
+    ("JOB_STATE_CANCELLING", False, 100.0, 150.0, False),  # ending anyway
+], ids=["at-the-bound", "pending-past", "before", "unbounded", "restarted", "running", "cancelling"])
+def test_past_running_bound_decides_on_the_first_running_only(state, started, running_by, now, expired):
+    from datetime import datetime, timezone
+
+    from airflow_gpu_sched.models import CustomJob
+    from airflow_gpu_sched.watch import past_running_bound
+
+    job = CustomJob.model_validate({"name": "projects/p/locations/l/customJobs/1", "state": state,
+                                    **({"startTime": "2026-01-01T00:00:00Z"} if started else {})})
+    assert job.start_time == (datetime(2026, 1, 1, tzinfo=timezone.utc) if started else None)
+    assert past_running_bound(job, running_by, now) is expired
+
+
 async def test_job_trigger_rides_out_injected_faults(fast_emulator):
     name = _create(fast_emulator, _job())
     fast_emulator.set_faults(error_rate=0.5, status_codes=[429, 503])

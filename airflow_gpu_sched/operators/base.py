@@ -416,10 +416,9 @@ class VertexTrainingOperator(BaseOperator):
         return self.wait_for_job(context, name, ledger.running_bound)
 
     def _running_bound(self, context: Context, ledger: SubmissionLedger, step: Step) -> tuple[datetime, str] | None:
-        """By when the job just submitted must first be RUNNING (:func:`plans.running_bound`)."""
-        since = ledger.data.get("waiting_since")
-        started = datetime.fromisoformat(since) if since else datetime.now(timezone.utc)
-        return running_bound(step, started, self._deadline(context, ledger), self.expected_run_time)
+        """By when the job just submitted must first be RUNNING (:func:`plans.running_bound`),
+        counted from its submission (a persistent pool's wait before it had its own bound)."""
+        return running_bound(step, datetime.now(timezone.utc), self._deadline(context, ledger), self.expected_run_time)
 
     def _quota_error(self, how: str, message: str | None, location: str) -> QuotaTooLow:
         """The service's own quota verdict (a 429 at create, a pipeline FAILED code 8): the same
