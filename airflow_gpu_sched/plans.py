@@ -200,10 +200,11 @@ def running_bound(step: Step, since: datetime, deadline: datetime | None = None,
                   expected_run_time: timedelta | None = None) -> tuple[datetime, str] | None:
     """By when the step's job must first be RUNNING, and why; None when nothing bounds it.
 
-    ``since``: when the job was submitted. The step's own ``capacity_wait_timeout`` counts from ``since``; a plan ``deadline`` implies
-    one too (the job must start by deadline - expected_run_time to finish in time); the smaller
-    wins. FLEX_START takes no deadline bound here: its ``maxWaitDuration`` is clipped to the
-    deadline and the service enforces it (an operator bound at the same instant would only race it).
+    ``since``: when the job was submitted. The step's own ``capacity_wait_timeout`` counts from
+    ``since``; a plan ``deadline`` implies one too (the job must start by deadline -
+    expected_run_time to finish in time); the smaller wins. FLEX_START takes no deadline bound
+    here: its ``maxWaitDuration`` is clipped to the deadline and the service enforces it (an
+    operator bound at the same instant would only race it).
     """
     bounds = []
     if step.capacity_wait_timeout is not None:

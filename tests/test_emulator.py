@@ -484,7 +484,8 @@ def test_a_stockout_setting_reaches_jobs_already_queued_and_null_clears_it(verte
     emulator.advance(51)
     assert vertex.state(name) == "FAILED"
     requests.post(f"{emulator.url}/emulator/v1/capacity", timeout=10, json={
-        "location": LOCATION, "acceleratorType": "NVIDIA_TESLA_A100", "standardStockoutSeconds": None}).raise_for_status()
+        "location": LOCATION, "acceleratorType": "NVIDIA_TESLA_A100", "standardStockoutSeconds": None},
+    ).raise_for_status()
     again = vertex.create(job())["name"]
     emulator.advance(1000)
     assert vertex.state(again) == "QUEUED"  # queues for ever again

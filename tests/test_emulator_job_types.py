@@ -301,7 +301,8 @@ def test_tuning_job_quota_is_decided_per_trial(vertex, emulator):
     big = tuning(parallel=1, strategy="SPOT")
     big["trialJobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(machineType="a2-highgpu-4g", acceleratorCount=4)
     error = vertex.create_tuning(big, expect=429)["error"]  # one trial alone needs 4 > 2: refused at create
-    assert error["message"] == f"The following quota metrics exceed quota limits: aiplatform.googleapis.com/{H100_PREEMPTIBLE}"
+    assert error["message"] == ("The following quota metrics exceed quota limits: "
+                                f"aiplatform.googleapis.com/{H100_PREEMPTIBLE}")
     assert emulator.stats()["jobsCreated"] == {}
     name = vertex.create_tuning(tuning(max_trials=3, parallel=3, strategy="SPOT", run_seconds=100))["name"]
     emulator.advance(50)
