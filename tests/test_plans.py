@@ -315,3 +315,21 @@ def test_an_unlimited_quota_is_no_reason_to_skip_a_step(fast_emulator):
     result = op.execute(context())
     assert [(a["location"], a["state"]) for a in result["attempts"]] == [
         ("us-east4", "QUOTA_TOO_LOW"), (LOCATION, "JOB_STATE_SUCCEEDED")]
+
+
+def test_a_retry_that_re_attaches_keeps_the_bound_of_the_try_that_submitted(fast_emulator):
+    from airflow_gpu_sched.ledger import LEDGER_KEY
+    from tests.test_operators import Store
+
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+        {"strategy": "SPOT", "capacity_wait_timeout": "1h"}, {"strategy": "STANDARD"}], **COMMON)
+    queued = op.client().create_custom_job(op.build_job(step=op.plan[0])).name
+    store = Store()  # what the earlier try left: its job, and a bound that has passed since
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": None, "job_name": queued, "attempts": [], "preemptions": 0,
+                           "completed": False, "position": 0,
+                           "running_bound": {"by": datetime.now(timezone.utc).timestamp() - 1, "why": "1h of SPOT"}})
+    result = op.execute(context(store))
+    assert [(a["job_name"], a["state"]) for a in result["attempts"]] == [
+        (queued, "CAPACITY_TIMEOUT"), (result["job_name"], "JOB_STATE_SUCCEEDED")]
+    assert [j["state"] for j in _jobs(fast_emulator) if j["name"] == queued] == ["JOB_STATE_CANCELLED"]
