@@ -92,15 +92,13 @@ class CustomJobTrigger(BaseTrigger):
         stream = _Stream(news)
         started = False
         cancelled_at: float | None = None  # when the bound's cancel went out
+        look_at = self.running_by  # when to look at the job if no news came by then
         try:
             while True:
-                if cancelled_at is not None:
-                    wake = cancelled_at + CANCEL_SETTLE
-                else:
-                    wake = None if started else self.running_by
-                item = await stream.next(wake)
+                item = await stream.next(None if started and cancelled_at is None else look_at)
                 if item is _TIMED_OUT:  # no news by the bound (or the settle time): look at the job now
                     item = await self._get_now()
+                    look_at = time.time() + self.poll_interval  # and again a poll later, not at once
                 if isinstance(item, NotFoundError):
                     return error_event(f"{self.job_name} no longer exists: {item}", self.job_name)
                 if isinstance(item, Exception):  # the poll failed after the client's brief retries
@@ -126,6 +124,7 @@ class CustomJobTrigger(BaseTrigger):
                     if error is not None:
                         return error
                     cancelled_at = time.time()
+                    look_at = cancelled_at + CANCEL_SETTLE
         finally:
             await stream.close()
         raise RuntimeError("unreachable")  # pragma: no cover
