@@ -5,12 +5,14 @@ AirflowException
 ├── GpuTrainingError                  the training job did not succeed
 │   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout)
 │   ├── TrainingJobCancelled              someone cancelled the job outside this task
-│   ├── CapacityWaitExpired               FLEX_START: maxWaitDuration passed before the GPUs came
+│   ├── CapacityWaitExpired               a capacity wait ran out: FLEX_START's maxWaitDuration, or a step's
+│   │                                     capacity_wait_timeout / the deadline before the job first ran
 │   ├── PreemptionBudgetExhausted         SPOT: preempted past the service's restarts, max_preemption_retries times
 │   ├── PersistentResourceUnavailable     the persistent resource is in ERROR or STOPPING
 │   ├── PersistentCapacityTimeout         the pool stayed busy past capacity_wait_timeout
-│   ├── CapacityUnavailable               another capacity outcome (e.g. a create refused for quota)
-│   ├── QuotaTooLow                       preflight: the region's GPU quota for the tier is below what the job needs
+│   ├── CapacityUnavailable               another capacity outcome (e.g. a STANDARD stockout)
+│   ├── QuotaTooLow                       the region's GPU quota for the tier is below what the job needs: found by
+│   │                                     the preflight, or by Vertex AI (a 429 at create, a pipeline FAILED code 8)
 │   ├── DeadlineExceeded                  no step of the plan can finish before the plan's deadline
 │   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
 └── AirflowFailException (no Airflow retry: retrying cannot help)
@@ -73,7 +75,9 @@ class DeadlineExceeded(GpuTrainingError):
 
 
 class QuotaTooLow(GpuTrainingError):
-    """Raised before any create; names the quota metric, region, limit and need, and how to ask for more."""
+    """The job needs more GPUs than the quota allows: from the preflight (before any create:
+    names the metric, region, limit and need) or from the service's own refusal (names the
+    metric); both say how to ask for more. Retrying cannot help until the quota is raised."""
 
 
 class InvalidTrainingSpec(AirflowFailException):

@@ -351,7 +351,8 @@ def quota_limit(quota_infos: list[QuotaInfo], metric: str, region: str) -> int |
 
     ``metric`` may be the full name (``aiplatform.googleapis.com/custom_model_training_...``)
     or the short one. A dimensionsInfo whose ``dimensions`` is empty is the default for every
-    region without its own. None when no QuotaInfo has the metric; -1 means unlimited.
+    region without its own. None when no QuotaInfo has the metric; -1 (unlimited) is returned
+    as is: callers must not read it as a limit (:func:`airflow_gpu_sched.quota.shortfalls` does not).
     """
     short = metric.rsplit("/", 1)[-1]
     for info in quota_infos:

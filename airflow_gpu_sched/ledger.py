@@ -7,7 +7,8 @@ clears. The ledger holds one "training run" of the task:
      "job_try": <the try that submitted that job, or null>,
      "attempts": [<finished attempt records>], "preemptions": n, "completed": false,
      "position": <index into the plan's (step, region) order>, "waiting_since": <when a
-     capacity wait began, or null>}
+     capacity wait began, or null>, "running_bound": <{"by": epoch seconds, "why": text}: when
+     the current job must first be RUNNING, or null>}
 
 - Before a create, a fresh submission key is saved; it also goes on the job as a label, so a
   try that died between the create and saving the job name finds the job by label.
@@ -79,7 +80,7 @@ class SubmissionLedger:
     def new_submission(self) -> str:
         """A fresh key for the next create, saved before the create is sent."""
         key = uuid.uuid4().hex
-        self.data.update(submission_key=key, job_name=None)
+        self.data.update(submission_key=key, job_name=None, running_bound=None)
         self.save()
         return key
 
@@ -97,13 +98,26 @@ class SubmissionLedger:
         new key, and a successful task is marked completed at the same time."""
         self.data["attempts"] = [*self.attempts, record]
         self.data["preemptions"] = self.preemptions + preemptions
-        self.data.update(submission_key=None, job_name=None, completed=completed, waiting_since=None)
+        self.data.update(submission_key=None, job_name=None, completed=completed, waiting_since=None,
+                         running_bound=None)
         self.save()
 
     def move_to(self, position: int) -> None:
         """The plan moves on: the next create is a new submission at ``position``."""
-        self.data.update(position=position, submission_key=None, job_name=None, waiting_since=None)
+        self.data.update(position=position, submission_key=None, job_name=None, waiting_since=None,
+                         running_bound=None)
         self.save()
+
+    def set_running_bound(self, by: float | None, why: str | None) -> None:
+        """The operator's bound on the current job's time before RUNNING (kept across tries, so
+        a re-attached trigger enforces the same instant)."""
+        self.data["running_bound"] = {"by": by, "why": why} if by is not None else None
+        self.save()
+
+    @property
+    def running_bound(self) -> tuple[float | None, str | None]:
+        bound = self.data.get("running_bound") or {}
+        return bound.get("by"), bound.get("why")
 
     def note_waiting_since(self, when: Any) -> None:
         if not self.data.get("waiting_since"):

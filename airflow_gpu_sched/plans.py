@@ -1,9 +1,16 @@
 """Capacity plans: an ordered list of steps, each one strategy with its own knobs.
 
 A plan advances on capacity outcomes only (a persistent pool busy past its wait or not
-RUNNING, a FLEX_START wait that expired, a SPOT preemption budget spent, a STANDARD create
-refused for quota): a failure of the user's code never advances it. Each step may list
-``locations``; by default the next region is tried before the next step.
+RUNNING, a FLEX_START wait that expired, a SPOT preemption budget spent, a create refused or a
+pipeline failed for quota, a STANDARD stockout, a job not RUNNING within the step's bound): a
+failure of the user's code never advances it. Each step may list ``locations``; by default the
+next region is tried before the next step.
+
+Every step takes ``capacity_wait_timeout``: how long its job may take, from its submission, to
+be RUNNING for the first time (QUEUED for quota or capacity, PENDING while provisioning) before
+the operator cancels it and moves on (None: no bound of its own; a persistent step: default 1
+hour, which also bounds the wait for free replicas before submitting). :func:`running_bound` decides which
+bound applies (with a ``deadline``, the smaller of it and deadline - expected_run_time).
 
 Steps are typed objects, or plain dicts whose keys are the operators' own argument names::
 
@@ -16,7 +23,7 @@ Steps are typed objects, or plain dicts whose keys are the operators' own argume
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from airflow_gpu_sched.models import Scheduling, parse_duration
@@ -29,6 +36,7 @@ STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD")
 class Step:
     strategy: ClassVar[str] = "STANDARD"
     locations: tuple[str, ...] = ()  # empty: the operator's location
+    capacity_wait_timeout: timedelta | None = None  # the job must be RUNNING within this (None: no bound)
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
         block: dict[str, Any] = {"strategy": self.strategy}
@@ -49,7 +57,8 @@ class Step:
 
 @dataclass(frozen=True)
 class StandardStep(Step):
-    """On-demand VMs: advances when the create is refused for quota (429 RESOURCE_EXHAUSTED)."""
+    """On-demand VMs: advances when the create is refused for quota (429 RESOURCE_EXHAUSTED) or
+    the service gives up for want of capacity ("Resources are insufficient in region: ...")."""
 
     strategy: ClassVar[str] = "STANDARD"
 
@@ -151,6 +160,8 @@ def _convert(key: str, raw: Any) -> Any:
 
 def check_step(step: Step, path: str) -> list[Violation]:
     found = []
+    if step.capacity_wait_timeout is not None and step.capacity_wait_timeout < timedelta(0):
+        found.append(Violation(f"{path}.capacity_wait_timeout", "must be 0 or more (None: no bound)"))
     if isinstance(step, FlexStartStep) and step.max_wait_duration is not None and step.max_wait_duration < timedelta(0):
         found.append(Violation(f"{path}.max_wait_duration", "must be 0 (wait forever) or more"))
     if isinstance(step, PersistentResourceStep) and not PERSISTENT_RESOURCE_ID.fullmatch(step.resource_id or ""):
@@ -183,3 +194,27 @@ def positions(steps: list[Step], default_location: str, regions_first: bool = Tr
     for d in range(depth):
         order += [(i, locs[d]) for i, locs in enumerate(per_step) if d < len(locs)]
     return order
+
+
+def running_bound(step: Step, since: datetime, deadline: datetime | None = None,
+                  expected_run_time: timedelta | None = None) -> tuple[datetime, str] | None:
+    """By when the step's job must first be RUNNING, and why; None when nothing bounds it.
+
+    ``since``: when the job was submitted. The step's own ``capacity_wait_timeout`` counts from
+    ``since``; a plan ``deadline`` implies one too (the job must start by deadline -
+    expected_run_time to finish in time); the smaller wins. FLEX_START takes no deadline bound
+    here: its ``maxWaitDuration`` is clipped to the deadline and the service enforces it (an
+    operator bound at the same instant would only race it).
+    """
+    bounds = []
+    if step.capacity_wait_timeout is not None:
+        bounds.append((since + step.capacity_wait_timeout,
+                       f"capacity_wait_timeout={_seconds(step.capacity_wait_timeout)} of {step.strategy}"))
+    if deadline is not None and not isinstance(step, FlexStartStep):
+        needed = expected_run_time or timedelta(0)
+        bounds.append((deadline - needed, f"deadline {deadline.isoformat()} - expected_run_time {_seconds(needed)}"))
+    return min(bounds, key=lambda b: b[0]) if bounds else None
+
+
+def _seconds(value: timedelta) -> str:
+    return f"{value.total_seconds():g}s"

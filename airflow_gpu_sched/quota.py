@@ -12,6 +12,7 @@ and goes on: the preflight must never be the reason a job that would run does no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from airflow_gpu_sched.catalog import gpu_quota_metric
 from airflow_gpu_sched.models import AcceleratorType
 
 PREEMPTIBLE_STRATEGIES = frozenset({"FLEX_START", "SPOT"})
+UNLIMITED = -1  # Cloud Quotas reports a quota with no limit as -1
 NO_QUOTA_STRATEGIES = frozenset({"PERSISTENT_RESOURCE"})  # the resource's VMs are already provisioned
 
 
@@ -37,6 +39,18 @@ class Shortfall:
                 f" (filter: {quota_id}, region {self.region}), or with `gcloud beta quotas preferences create "
                 f"--service=aiplatform.googleapis.com --quota-id=<the quota id> --preferred-value={self.need} "
                 f"--dimensions=region={self.region} --project={self.project}`")
+
+
+_METRIC = re.compile(r"aiplatform\.googleapis\.com/[A-Za-z0-9_]+")
+
+
+def increase_hint(service_message: str, region: str, project: str) -> str:
+    """What to raise, and where, when Vertex AI itself refused for quota (its message names the
+    metrics: "The following quota metrics exceed quota limits: aiplatform.googleapis.com/...")."""
+    metrics = _METRIC.findall(service_message)
+    ids = ", ".join(m.rsplit("/", 1)[-1] for m in metrics) or "the GPU quota of the job's accelerator and tier"
+    return (f"raise {ids} in {region}: request an increase at https://console.cloud.google.com/iam-admin/"
+            f"quotas?project={project} (filter: {ids}, region {region})")
 
 
 def metric_for(accelerator: AcceleratorType, strategy: str) -> str:
@@ -61,6 +75,6 @@ def shortfalls(client: Any, project: str, region: str, strategy: str,
     found = []
     for metric, need in wanted.items():
         limit = quota_limit(infos, metric, region)
-        if limit is not None and need > limit:
+        if limit is not None and limit > UNLIMITED and need > limit:  # -1: no limit at all
             found.append(Shortfall(metric, region, limit, need, project))
     return found

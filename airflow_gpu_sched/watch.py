@@ -57,3 +57,21 @@ class JobWatch:
         return (f"Vertex AI unreachable: polls of {self.job_name} failed for "
                 f"{self.clock() - self.last_ok:.0f}s (transient-error window {self.window:.0f}s, "
                 f"{self.failures} failures); last error: {error}")
+
+
+WAITING_TO_RUN = frozenset({JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING, JobState.JOB_STATE_UNSPECIFIED})
+
+
+def has_run(job: CustomJob) -> bool:
+    """True once the job was RUNNING at least once: ``startTime`` is "the time when the job for
+    the first time entered JOB_STATE_RUNNING" (custom_job.proto; the same for tuning jobs and
+    pipelines), so a SPOT job back in QUEUED after a restart still counts as started."""
+    return job.start_time is not None or job.state is JobState.JOB_STATE_RUNNING
+
+
+def past_running_bound(job: CustomJob, running_by: float | None, now: float) -> bool:
+    """The operator's bound on the time before RUNNING: True when ``running_by`` (epoch seconds)
+    has passed and the job has never run and still waits for its resources (QUEUED or PENDING).
+    A job that ran once, or is ending anyway, is not the bound's business."""
+    return (running_by is not None and now >= running_by and not has_run(job)
+            and (job.state or JobState.JOB_STATE_UNSPECIFIED) in WAITING_TO_RUN)

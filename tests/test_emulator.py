@@ -482,13 +482,108 @@ def test_faults_are_injected_counted_and_cleared(vertex, emulator):
     assert stats["faultsInjected"] == 1 and stats["requests"]["customJobs.list"] == 2
 
 
-def test_gpu_quota_refuses_creates_over_it(vertex, emulator):
+def test_a_job_alone_over_its_quota_is_refused_at_create(vertex, emulator):
     emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", preemptible=1)
-    vertex.create(job("SPOT"))
-    error = vertex.create(job("FLEX_START"), expect=429)["error"]  # FLEX_START uses the preemptible quota too
-    assert error["status"] == "RESOURCE_EXHAUSTED"
-    assert "custom_model_training_preemptible_nvidia_a100_gpus" in error["message"]
-    vertex.create(job("STANDARD"))  # the on-demand quota is separate
+    for strategy in ("SPOT", "FLEX_START"):  # FLEX_START draws on the preemptible quota too
+        error = vertex.create(job(strategy, machine="a2-highgpu-2g", count=2), expect=429)["error"]
+        assert error["status"] == "RESOURCE_EXHAUSTED"
+        assert error["message"] == ("The following quota metrics exceed quota limits: "
+                                    "aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_a100_gpus")
+    vertex.create(job("STANDARD", machine="a2-highgpu-2g", count=2))  # the on-demand quota is separate
+    assert emulator.stats()["jobsCreated"] == {"STANDARD": 1}
+
+
+def test_a_job_that_fits_its_quota_but_not_next_to_others_stays_queued_until_it_is_free(vertex, emulator):
+    emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", preemptible=2)
+    first = vertex.create(job("SPOT", run_seconds=100, machine="a2-highgpu-2g", count=2))["name"]
+    emulator.advance(2)
+    second = vertex.create(job("FLEX_START", run_seconds=100))["name"]  # accepted: 1 GPU fits a limit of 2
+    emulator.advance(60)
+    assert (vertex.state(first), vertex.state(second)) == ("RUNNING", "QUEUED")  # capacity is free: quota waits
+    emulator.advance(100)  # the first ends and gives its quota back
+    assert vertex.state(first) == "SUCCEEDED" and vertex.state(second) in ("PENDING", "RUNNING")
+    emulator.advance(200)
+    assert vertex.state(second) == "SUCCEEDED"
+
+
+def test_quota_is_held_per_project_and_given_back_by_a_cancel(vertex, emulator):
+    emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=1)
+    first = vertex.create(job(run_seconds=1000))["name"]
+    emulator.advance(2)
+    body = job(run_seconds=1000)
+    other = requests.post(f"{vertex.root}projects/other-project/locations/{LOCATION}/customJobs", json=body,
+                          timeout=10).json()["name"]
+    waiting = vertex.create(job(run_seconds=1000))["name"]
+    emulator.advance(5)
+    assert [vertex.state(n) for n in (first, other, waiting)] == ["PENDING", "PENDING", "QUEUED"]
+    vertex.cancel(first)
+    emulator.advance(1)
+    assert vertex.state(waiting) == "PENDING"
+
+
+def test_raising_a_limit_admits_the_jobs_that_waited_for_it(vertex, emulator):
+    metric = "custom_model_training_nvidia_a100_gpus"
+    emulator.set_quota_limit(metric, 1, region=LOCATION)
+    first = vertex.create(job(run_seconds=1000))["name"]
+    emulator.advance(2)
+    waiting = vertex.create(job(run_seconds=1000))["name"]
+    emulator.advance(5)
+    assert vertex.state(waiting) == "QUEUED"
+    emulator.set_quota_limit(metric, -1, region=LOCATION)  # unlimited
+    assert vertex.state(waiting) == "PENDING" and vertex.state(first) == "PENDING"
+
+
+def test_a_standard_job_stocked_out_fails_after_the_services_retries(vertex, emulator):
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0, standard_stockout_seconds=600)
+    name = vertex.create(job("STANDARD"))["name"]
+    spot = vertex.create(job("SPOT", run_seconds=30))["name"]  # SPOT is a separate tier: never stocked out so
+    emulator.advance(599)
+    assert vertex.state(name) == "QUEUED"
+    emulator.advance(2)
+    failed = vertex.get(name)
+    assert failed["state"] == "JOB_STATE_FAILED"
+    assert failed["error"] == {"code": 8, "message": f"Resources are insufficient in region: {LOCATION}"}
+    assert vertex.state(spot) == "SUCCEEDED"
+
+
+def test_a_scenario_file_sets_the_stockout_per_location_and_accelerator(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": 1, "capacity": [
+        {"location": LOCATION, "acceleratorType": "NVIDIA_TESLA_A100", "standard": 0, "standardStockoutSeconds": 60}]})
+    here = vertex.create(job())["name"]
+    h100 = vertex.create(job(machine="a3-highgpu-1g", accelerator="NVIDIA_H100_80GB", run_seconds=1000))["name"]
+    emulator.advance(61)
+    assert vertex.state(here) == "FAILED"
+    assert vertex.state(h100) in ("PENDING", "RUNNING")  # another accelerator: its capacity is there
+
+
+def test_a_standard_job_waiting_for_quota_is_not_a_stockout(vertex, emulator):
+    emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=1)
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard_stockout_seconds=100)
+    first = vertex.create(job(run_seconds=500))["name"]
+    emulator.advance(2)
+    waiting = vertex.create(job(run_seconds=30))["name"]
+    emulator.advance(150)
+    assert vertex.state(waiting) == "QUEUED"  # capacity is there; the quota is what it waits for
+    emulator.advance(400)
+    assert vertex.state(first) == "SUCCEEDED" and vertex.state(waiting) in ("PENDING", "RUNNING")
+
+
+def test_a_stockout_setting_reaches_jobs_already_queued_and_null_clears_it(vertex, emulator):
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0)
+    name = vertex.create(job())["name"]
+    emulator.advance(50)
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard_stockout_seconds=100)  # counted from create
+    emulator.advance(51)
+    assert vertex.state(name) == "FAILED"
+    requests.post(f"{emulator.url}/emulator/v1/capacity", timeout=10, json={
+        "location": LOCATION, "acceleratorType": "NVIDIA_TESLA_A100", "standardStockoutSeconds": None},
+    ).raise_for_status()
+    again = vertex.create(job())["name"]
+    emulator.advance(1000)
+    assert vertex.state(again) == "QUEUED"  # queues for ever again
+    bad = requests.post(f"{emulator.url}/emulator/v1/capacity", timeout=10, json={
+        "location": LOCATION, "acceleratorType": "NVIDIA_TESLA_A100", "standardStockoutSeconds": -1})
+    assert bad.status_code == 400 and "standardStockoutSeconds" in bad.text
 
 
 def test_a_stopped_emulator_serves_again_on_the_same_port_with_its_jobs():

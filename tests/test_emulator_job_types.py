@@ -296,12 +296,21 @@ def test_cancel_tuning_job_cancels_its_trials(vertex, emulator):
     vertex.call("hyperparameterTuningJobs.get", "GET", name, expect=404)
 
 
-def test_tuning_job_quota_counts_parallel_trials(vertex, emulator):
+def test_tuning_job_quota_is_decided_per_trial(vertex, emulator):
     emulator.set_quota_limit(H100_PREEMPTIBLE, 2, region=LOCATION)
-    error = vertex.create_tuning(tuning(parallel=3, strategy="SPOT"), expect=429)["error"]
-    assert f"aiplatform.googleapis.com/{H100_PREEMPTIBLE}" in error["message"]
+    big = tuning(parallel=1, strategy="SPOT")
+    big["trialJobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(machineType="a2-highgpu-4g", acceleratorCount=4)
+    error = vertex.create_tuning(big, expect=429)["error"]  # one trial alone needs 4 > 2: refused at create
+    assert error["message"] == ("The following quota metrics exceed quota limits: "
+                                f"aiplatform.googleapis.com/{H100_PREEMPTIBLE}")
     assert emulator.stats()["jobsCreated"] == {}
-    vertex.create_tuning(tuning(parallel=2, strategy="SPOT"))
+    name = vertex.create_tuning(tuning(max_trials=3, parallel=3, strategy="SPOT", run_seconds=100))["name"]
+    emulator.advance(50)
+    trials = vertex.tuning(name)["trials"]
+    states = sorted(vertex.job(t["customJob"])["state"] for t in trials)
+    assert states == ["JOB_STATE_QUEUED", "JOB_STATE_RUNNING", "JOB_STATE_RUNNING"]  # the third waits for quota
+    emulator.advance(400)
+    assert vertex.tuning(name)["state"] == "JOB_STATE_SUCCEEDED"
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -508,8 +517,29 @@ def test_scenario_quotas_are_served_and_enforced(vertex, emulator):
     infos = [QuotaInfo.model_validate(q) for q in _quota_infos_raw(emulator.url).json()["quotaInfos"]]
     assert quota_limit(infos, H100_PREEMPTIBLE, LOCATION) == 1
     assert quota_limit(infos, H100_PREEMPTIBLE, "us-east4") == 32
-    vertex.create_pipeline(pipeline("SPOT"))  # 1 GPU: fits
-    assert vertex.create_pipeline(pipeline("FLEX_START"), expect=429)["error"]["status"] == "RESOURCE_EXHAUSTED"
+    first = vertex.create_pipeline(pipeline("SPOT"))["name"]  # 1 GPU: fits
+    emulator.advance(2)
+    second = vertex.create_pipeline(pipeline("FLEX_START"))["name"]  # fits alone: accepted, waits for quota
+    emulator.advance(40)
+    assert vertex.pipeline(first)["state"] == "PIPELINE_STATE_RUNNING"
+    waiting = vertex.pipeline(second)
+    assert waiting["state"] == "PIPELINE_STATE_PENDING"
+    assert vertex.job(waiting["trainingTaskMetadata"]["backingCustomJob"])["state"] == "JOB_STATE_QUEUED"
+
+
+def test_a_pipeline_over_its_quota_is_created_then_fails_with_code_8(vertex, emulator):
+    emulator.set_quota_limit(H100_PREEMPTIBLE, 0, region=LOCATION)
+    created = vertex.create_pipeline(pipeline("SPOT"))  # never a 429 for GPU quota
+    assert created["state"] == "PIPELINE_STATE_PENDING" and "trainingTaskMetadata" not in created
+    emulator.advance(5)
+    failed = vertex.pipeline(created["name"])
+    assert failed["state"] == "PIPELINE_STATE_FAILED" and "endTime" in failed
+    assert failed["error"] == {"code": 8, "message": "The following quota metrics exceed quota limits: "
+                                                     f"aiplatform.googleapis.com/{H100_PREEMPTIBLE}"}
+    assert emulator.stats()["jobsCreated"] == {}  # its custom job was never made
+    cancelled = vertex.create_pipeline(pipeline("SPOT", name="other"))["name"]
+    vertex.call("trainingPipelines.cancel", "POST", f"{cancelled}:cancel", json={})
+    assert vertex.pipeline(cancelled)["state"] == "PIPELINE_STATE_CANCELLED"
 
 
 def test_quota_infos_page(emulator):

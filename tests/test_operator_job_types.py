@@ -240,6 +240,49 @@ def test_quota_preflight_false_submits_past_a_low_quota(airflow):
     assert airflow.stats()["requests"].get("customJobs.create", 0) == 1  # sent: the service decides
 
 
+def test_a_pipeline_failed_for_quota_moves_the_plan_on_and_shows_as_quota_exceeded(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    _set_quota(airflow, PREEMPTIBLE_A100, 0)  # the service creates the pipeline, then fails it with code 8
+    with DAG("pipeline_quota", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/t:1",
+                            poll_interval=0.02, quota_preflight=False, job_type="training_pipeline",
+                            plan=[{"strategy": "SPOT"}, {"strategy": "STANDARD"}], **A100,
+                            **JOB_TYPE_ARGS["training_pipeline"])
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    attempts = result["train"].return_value["attempts"]
+    assert [(a["strategy"], a["state"]) for a in attempts] == [("SPOT", "QUOTA_EXCEEDED"),
+                                                               ("STANDARD", "JOB_STATE_SUCCEEDED")]
+    assert attempts[0]["error"] == f"The following quota metrics exceed quota limits: {PREEMPTIBLE_A100}"
+    assert _get(airflow, attempts[0]["job_name"])["error"]["code"] == 8
+
+
+def test_a_pipeline_failed_for_quota_on_the_last_step_fails_as_quota_too_low(airflow):
+    from airflow_gpu_sched.errors import QuotaTooLow
+
+    _set_quota(airflow, PREEMPTIBLE_A100, 0)
+    op = _operator("SPOT", "training_pipeline", quota_preflight=False, deferrable=False)
+    with pytest.raises(QuotaTooLow, match="FAILED for quota.*custom_model_training_preemptible_nvidia_a100_gpus"):
+        op.execute({})
+
+
+def test_a_tuning_job_whose_trials_wait_for_quota_is_cancelled_past_its_bound(airflow):
+    from airflow_gpu_sched.errors import CapacityWaitExpired
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)  # no trial can start
+    op = _operator("SPOT", "hyperparameter_tuning_job", capacity_wait_timeout=0.5, deferrable=False)
+    with pytest.raises(CapacityWaitExpired, match="not RUNNING within its bound"):
+        op.execute({})
+    tuning = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/hyperparameterTuningJobs",
+                          timeout=5).json()["hyperparameterTuningJobs"]
+    assert [t["state"] for t in tuning] == ["JOB_STATE_CANCELLED"]
+    assert set(airflow.stats()["jobsByState"]) == {"JOB_STATE_CANCELLED"}  # its trials too: no orphan
+
+
 # ---------------------------------------------------------------------------- bad input
 
 

@@ -9,9 +9,16 @@ import pytest
 import requests
 
 from airflow_gpu_sched.accounting import summary_table
-from airflow_gpu_sched.errors import DeadlineExceeded, InvalidTrainingSpec, TrainingJobFailed
+from airflow_gpu_sched.errors import (
+    CapacityUnavailable,
+    CapacityWaitExpired,
+    DeadlineExceeded,
+    InvalidTrainingSpec,
+    QuotaTooLow,
+    TrainingJobFailed,
+)
 from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
-from airflow_gpu_sched.plans import FlexStartStep, StandardStep
+from airflow_gpu_sched.plans import FlexStartStep, PersistentResourceStep, SpotStep, StandardStep, running_bound
 from tests.airflow_harness import run_dag
 from tests.conftest import LOCATION, PROJECT, with_a100_pool
 from tests.test_operators import context
@@ -208,3 +215,137 @@ def test_a_create_refused_for_quota_moves_the_plan_on(fast_emulator):
         (LOCATION, "QUOTA_EXCEEDED"), ("us-east4", "JOB_STATE_SUCCEEDED")]
     assert "custom_model_training_nvidia_a100_gpus" in result["attempts"][0]["error"]
     assert fast_emulator.stats()["requests"]["customJobs.create"] == 2  # a resource quota is not retried
+
+
+# ---------------------------------------------------------------------------- the bound on the time before RUNNING
+
+
+T0 = datetime(2026, 1, 1, 22, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("step, deadline, expected, bound", [
+    (SpotStep(), None, None, None),
+    (SpotStep(capacity_wait_timeout=timedelta(minutes=30)), None, None, T0 + timedelta(minutes=30)),
+    (SpotStep(capacity_wait_timeout=timedelta(hours=3)), T0 + timedelta(hours=4), timedelta(hours=2),
+     T0 + timedelta(hours=2)),  # the deadline's is smaller
+    (StandardStep(), T0 + timedelta(hours=4), None, T0 + timedelta(hours=4)),
+    (StandardStep(capacity_wait_timeout=timedelta(minutes=10)), T0 + timedelta(hours=4), timedelta(hours=1),
+     T0 + timedelta(minutes=10)),  # the step's own is smaller
+    (FlexStartStep(), T0 + timedelta(hours=4), timedelta(hours=1), None),  # maxWaitDuration carries the deadline
+    (FlexStartStep(capacity_wait_timeout=timedelta(minutes=5)), None, None, T0 + timedelta(minutes=5)),
+    (PersistentResourceStep(persistent_resource_id="pool-a"), None, None, T0 + timedelta(hours=1)),
+], ids=["none", "own", "deadline-smaller", "deadline-only", "own-smaller", "flex-deadline", "flex-own",
+        "persistent-default"])
+def test_running_bound_picks_the_smaller_of_the_steps_and_the_deadlines(step, deadline, expected, bound):
+    found = running_bound(step, T0, deadline, expected)
+    assert (found[0] if found else None) == bound
+
+
+def test_a_negative_capacity_wait_timeout_is_an_error_when_the_dag_is_parsed():
+    with pytest.raises(InvalidTrainingSpec, match=r"plan\[0\].capacity_wait_timeout.*0 or more"):
+        GpuTrainingOperator(task_id="t", plan=[{"strategy": "SPOT", "capacity_wait_timeout": "-5m"}], **COMMON)
+
+
+def test_a_spot_step_with_no_capacity_falls_back_past_its_bound_and_cancels_its_job(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    with DAG("spot_bound", schedule=None, start_date=START) as dag:  # deferrable: the triggerer's path
+        GpuTrainingOperator(task_id="train", plan=[
+            {"strategy": "SPOT", "capacity_wait_timeout": 0.5}, {"strategy": "STANDARD"}], **COMMON)
+
+    result = run_dag(dag, logical_date=START)
+    training = result["train"].return_value
+    assert [(a["strategy"], a["state"]) for a in training["attempts"]] == [
+        ("SPOT", "CAPACITY_TIMEOUT"), ("STANDARD", "JOB_STATE_SUCCEEDED")]
+    assert "was not RUNNING by" in training["attempts"][0]["error"]
+    spot_job = next(j for j in _jobs(fast_emulator) if j["jobSpec"]["scheduling"]["strategy"] == "SPOT")
+    assert spot_job["name"] == training["attempts"][0]["job_name"]
+    assert spot_job["state"] == "JOB_STATE_CANCELLED"  # no orphan left queuing
+
+
+def test_a_job_queued_for_quota_moves_the_plan_on_past_its_bound(fast_emulator):
+    fast_emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", preemptible=1)
+    blocker = SpotTrainingOperator(task_id="b", **COMMON).build_job().to_api()
+    blocker["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] = [
+        {"name": "EMULATOR_RUN_SECONDS", "value": "1000000"}]
+    requests.post(f"{fast_emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
+                  json=blocker, timeout=5).raise_for_status()  # holds the one preemptible A100
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[  # sync mode: the same trigger in the worker
+        {"strategy": "SPOT", "capacity_wait_timeout": 0.5}, {"strategy": "STANDARD"}], **COMMON)
+    result = op.execute(context())  # the preflight passes: the limit (1) covers the job (1)
+    assert [(a["strategy"], a["state"]) for a in result["attempts"]] == [
+        ("SPOT", "CAPACITY_TIMEOUT"), ("STANDARD", "JOB_STATE_SUCCEEDED")]
+    queued = [j for j in _jobs(fast_emulator) if j["name"] == result["attempts"][0]["job_name"]]
+    assert queued[0]["state"] == "JOB_STATE_CANCELLED" and "startTime" not in queued[0]
+
+
+def test_a_bound_on_the_last_step_fails_typed(fast_emulator):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    op = SpotTrainingOperator(task_id="t", deferrable=False, capacity_wait_timeout="0.5s", **COMMON)
+    with pytest.raises(CapacityWaitExpired, match=r"not RUNNING within its bound \(capacity_wait_timeout=0.5s"):
+        op.execute(context())
+    assert fast_emulator.stats()["jobsByState"] == {"JOB_STATE_CANCELLED": 1}
+
+
+# ---------------------------------------------------------------------------- STANDARD stockout, quota outcomes
+
+
+def test_a_standard_stockout_falls_back_to_the_next_region(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0, standard_stockout_seconds=60)
+    with DAG("stockout", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", plan=[
+            {"strategy": "STANDARD", "locations": [LOCATION, "us-east4"]}, {"strategy": "SPOT"}], **COMMON)
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    attempts = result["train"].return_value["attempts"]
+    assert [(a["strategy"], a["location"], a["state"]) for a in attempts] == [
+        ("STANDARD", LOCATION, "JOB_STATE_FAILED"), ("STANDARD", "us-east4", "JOB_STATE_SUCCEEDED")]
+    assert attempts[0]["error"] == f"Resources are insufficient in region: {LOCATION}"
+
+
+def test_a_standard_stockout_on_the_last_step_is_a_capacity_error_not_a_training_failure(fast_emulator):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0, standard_stockout_seconds=60)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[{"strategy": "STANDARD"}], **COMMON)
+    with pytest.raises(CapacityUnavailable, match="stockout.*Resources are insufficient in region"):
+        op.execute(context())
+
+
+def test_a_create_refused_for_quota_on_the_last_step_fails_as_quota_too_low(fast_emulator):
+    fast_emulator.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=0)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, quota_preflight=False, plan=[{"strategy": "STANDARD"}],
+                             **COMMON)
+    with pytest.raises(QuotaTooLow, match="refused at create.*custom_model_training_nvidia_a100_gpus.*increase"):
+        op.execute(context())
+
+
+def test_an_unlimited_quota_is_no_reason_to_skip_a_step(fast_emulator):
+    metric = "custom_model_training_preemptible_nvidia_a100_gpus"
+    fast_emulator.set_quota_limit(metric, 0)  # every region ...
+    fast_emulator.set_quota_limit(metric, -1, region=LOCATION)  # ... but this one, where Cloud Quotas says unlimited
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+        {"strategy": "SPOT", "locations": ["us-east4", LOCATION]}], **COMMON)
+    result = op.execute(context())
+    assert [(a["location"], a["state"]) for a in result["attempts"]] == [
+        ("us-east4", "QUOTA_TOO_LOW"), (LOCATION, "JOB_STATE_SUCCEEDED")]
+
+
+def test_a_retry_that_re_attaches_keeps_the_bound_of_the_try_that_submitted(fast_emulator):
+    from airflow_gpu_sched.ledger import LEDGER_KEY
+    from tests.test_operators import Store
+
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+        {"strategy": "SPOT", "capacity_wait_timeout": "1h"}, {"strategy": "STANDARD"}], **COMMON)
+    queued = op.client().create_custom_job(op.build_job(step=op.plan[0])).name
+    store = Store()  # what the earlier try left: its job, and a bound that has passed since
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": None, "job_name": queued, "attempts": [], "preemptions": 0,
+                           "completed": False, "position": 0,
+                           "running_bound": {"by": datetime.now(timezone.utc).timestamp() - 1, "why": "1h of SPOT"}})
+    result = op.execute(context(store))
+    assert [(a["job_name"], a["state"]) for a in result["attempts"]] == [
+        (queued, "CAPACITY_TIMEOUT"), (result["job_name"], "JOB_STATE_SUCCEEDED")]
+    assert [j["state"] for j in _jobs(fast_emulator) if j["name"] == queued] == ["JOB_STATE_CANCELLED"]

@@ -41,9 +41,11 @@ async def _first(trigger, timeout=30.0) -> dict:
 
 @pytest.mark.parametrize("trigger", [
     CustomJobTrigger("projects/p/locations/l/customJobs/1", "my_conn", 5.0, 60.0, 2),
+    CustomJobTrigger("projects/p/locations/l/customJobs/1", "my_conn", 5.0, 60.0, 0, running_by=1.5e9,
+                     bound_reason="capacity_wait_timeout=600s of SPOT"),
     PersistentCapacityTrigger("projects/p/locations/l/persistentResources/r", {"workerPoolSpecs": []}, 1.5e9,
                               "my_conn", 3.0, 30.0),
-], ids=["job", "capacity"])
+], ids=["job", "job-with-a-running-bound", "capacity"])
 def test_serialize_round_trips(trigger):
     path, kwargs = trigger.serialize()
     module, _, name = path.rpartition(".")
@@ -92,6 +94,62 @@ async def test_job_trigger_counts_the_service_restarts_it_sees(fast_emulator):
     preempter.join()
     assert event["status"] == "preempted" and "STOCKOUT" in event["message"]
     assert event["observed_restarts"] == 6
+
+
+def test_a_trigger_serialized_before_the_bound_existed_still_loads():
+    """Triggers persisted by an older version carry no running_by: they wait without a bound."""
+    trigger = CustomJobTrigger(**{"job_name": "projects/p/locations/l/customJobs/1", "gcp_conn_id": "c",
+                                  "poll_interval": 5.0, "transient_error_window": 60.0, "observed_restarts": 0,
+                                  "polling": "batched"})
+    assert trigger.running_by is None and trigger.serialize()[1]["running_by"] is None
+
+
+@pytest.mark.parametrize("polling", ["batched", "per_job"])
+async def test_a_job_never_running_by_the_bound_is_cancelled_and_reported_as_a_capacity_outcome(
+        fast_emulator, polling):
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)  # QUEUED for ever
+    name = _create(fast_emulator, _job("SPOT"))
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05, polling=polling, running_by=time.time() + 0.3,
+                                          bound_reason="capacity_wait_timeout=0.3s of SPOT"))
+    assert event["status"] == "capacity_timeout" and event["running_bound"] == "capacity_wait_timeout=0.3s of SPOT"
+    assert "was not RUNNING by" in event["message"] and "still JOB_STATE_QUEUED" in event["message"]
+    job = requests.get(f"{fast_emulator.url}/v1/{name}", timeout=5).json()
+    assert job["state"] == "JOB_STATE_CANCELLED" and event["job"]["state"] == "JOB_STATE_CANCELLED"  # no orphan
+    assert fast_emulator.stats()["cancels"] == 1
+
+
+async def test_the_bound_counts_only_until_the_first_running(fast_emulator):
+    """A SPOT job that ran, was preempted and waits QUEUED again is past its bound but not
+    cancelled: restarts after the first RUNNING are the preemption budget's business."""
+    name = _create(fast_emulator, _job("SPOT", run_seconds=60))
+    while requests.get(f"{fast_emulator.url}/v1/{name}", timeout=5).json()["state"] != "JOB_STATE_RUNNING":
+        time.sleep(0.02)
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    fast_emulator.preempt(name)  # back to QUEUED, with no Spot capacity for a while
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8, at_seconds=50)
+    event = await _first(CustomJobTrigger(name, poll_interval=0.05, running_by=time.time() - 1))
+    assert event["status"] == "succeeded" and fast_emulator.stats()["cancels"] == 0
+
+
+@pytest.mark.parametrize("state, started, running_by, now, expired", [
+    ("JOB_STATE_QUEUED", False, 100.0, 100.0, True),
+    ("JOB_STATE_PENDING", False, 100.0, 150.0, True),
+    ("JOB_STATE_QUEUED", False, 100.0, 99.0, False),  # not yet
+    ("JOB_STATE_QUEUED", False, None, 1e12, False),  # no bound
+    ("JOB_STATE_QUEUED", True, 100.0, 150.0, False),  # ran once (startTime): a SPOT restart, not the bound's
+    ("JOB_STATE_RUNNING", False, 100.0, 150.0, False),
+    ("JOB_STATE_CANCELLING", False, 100.0, 150.0, False),  # ending anyway
+], ids=["at-the-bound", "pending-past", "before", "unbounded", "restarted", "running", "cancelling"])
+def test_past_running_bound_decides_on_the_first_running_only(state, started, running_by, now, expired):
+    from datetime import datetime, timezone
+
+    from airflow_gpu_sched.models import CustomJob
+    from airflow_gpu_sched.watch import past_running_bound
+
+    job = CustomJob.model_validate({"name": "projects/p/locations/l/customJobs/1", "state": state,
+                                    **({"startTime": "2026-01-01T00:00:00Z"} if started else {})})
+    assert job.start_time == (datetime(2026, 1, 1, tzinfo=timezone.utc) if started else None)
+    assert past_running_bound(job, running_by, now) is expired
 
 
 async def test_job_trigger_rides_out_injected_faults(fast_emulator):

@@ -274,7 +274,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     @control("POST", "capacity")
     async def capacity(request: Request) -> dict:
         setting = CapacitySetting.model_validate(await _body(request))
-        backend.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
+        backend.apply_capacity(setting.model_dump(exclude_unset=True), at_seconds=setting.at_seconds)
         return {"capacity": backend.capacity.snapshot()}
 
     @control("POST", "quota")
@@ -289,7 +289,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         if setting.limit is not None or setting.metric is not None:
             if setting.metric is None or setting.limit is None:
                 raise ApiError("INVALID_ARGUMENT", "quotas: set both metric and limit (region optional)")
-            backend.quotas.set(setting.metric, setting.region, setting.limit)
+            backend.set_quota_limit(setting.metric, setting.region, setting.limit)
         if setting.deny is not None:
             backend.quotas.deny = setting.deny
         return {"quotas": backend.quotas.view(), "deny": backend.quotas.deny}

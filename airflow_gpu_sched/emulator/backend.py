@@ -8,6 +8,11 @@ So timestamps are exact whatever the polling rhythm, and nothing runs in the bac
 Job life cycle (the emulator's choices where Google documents none are marked *):
     create -> QUEUED -> (capacity for all its GPUs) PENDING -> RUNNING -> SUCCEEDED | FAILED
     cancel -> CANCELLING -> CANCELLED, error.code 1
+    quota (emulator/quotas.py): a job alone over a limit -> 429 at create; over it only next to
+        what other jobs hold -> stays QUEUED until the quota is free
+    STANDARD stockout (scenario ``standardStockoutSeconds`` per location and accelerator): a job
+        QUEUED that long for want of capacity -> FAILED, error code 8 RESOURCE_EXHAUSTED*,
+        "Resources are insufficient in region: <region>", no ErrorInfo*
     FLEX_START: waits QUEUED until every GPU it asks for is free at once; when
         maxWaitDuration passes first -> FAILED, error code 4 DEADLINE_EXCEEDED, reason
         FLEX_START_WAIT_EXPIRED*
@@ -40,14 +45,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_gpu_sched import catalog
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
-from airflow_gpu_sched.emulator.quotas import QuotaStore
+from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.scenario import Scenario
 from airflow_gpu_sched.models import (
     RPC_STATUS,
@@ -131,6 +135,7 @@ class JobRecord:
     restarts: int = 0
     history: list[tuple[str, datetime]] = field(default_factory=list)
     owner: str | None = None  # the tuning job or training pipeline that made this job
+    quota: dict[str, int] = field(default_factory=dict)  # quota metric -> GPUs, held while ``holds``
     _wire: dict | None = None
 
     @property
@@ -184,6 +189,7 @@ class Backend(JobTypesMixin):
         self.clock = EmulatedClock(self.scenario.speed)
         self.rng = random.Random(self.scenario.seed)
         self.capacity = CapacityLedger(self.scenario.default_capacity)
+        self.stockouts: dict[tuple[str, str], float] = {}  # (location, accelerator) -> standardStockoutSeconds
         self.jobs: dict[str, JobRecord] = {}  # in creation order
         self._queue: dict[str, JobRecord] = {}  # jobs in QUEUED, waiting for capacity
         self._seq = itertools.count()
@@ -202,19 +208,67 @@ class Backend(JobTypesMixin):
             self.quotas.set(limit.metric, limit.region, limit.limit)
         self.reset_job_types()
         for setting in self.scenario.capacity:
-            self.apply_capacity(setting.model_dump(), at_seconds=setting.at_seconds)
+            self.apply_capacity(setting.model_dump(exclude_unset=True), at_seconds=setting.at_seconds)
         for seeded in self.scenario.persistent_resources:
             self.create_persistent_resource(seeded.project, seeded.location, seeded.resource,
                                             seeded.id, ready=True)
 
     def apply_capacity(self, setting: dict, at_seconds: float | None = None) -> None:
+        """A capacity setting (keys as CapacitySetting's fields; a tier left out is unchanged;
+        ``standard_stockout_seconds`` left out is unchanged, None clears it)."""
         location, accelerator = setting["location"], setting["accelerator_type"]
         tiers = {t: setting.get(t) for t in ("standard", "spot", "flex_start")}
+        stockout = {k: setting[k] for k in ("standard_stockout_seconds",) if k in setting}
         if at_seconds is not None:
             when = self.clock.now() + timedelta(seconds=at_seconds)
-            self._schedule(when, "capacity", json.dumps([location, accelerator, tiers]))
+            self._schedule(when, "capacity", json.dumps([location, accelerator, tiers, stockout]))
             return
+        self._set_capacity(location, accelerator, tiers, stockout, self.clock.now())
+
+    def _set_capacity(self, location: str, accelerator: str, tiers: dict, stockout: dict, when: datetime) -> None:
         self.capacity.set(location, accelerator, **tiers)
+        if "standard_stockout_seconds" in stockout:
+            seconds = stockout["standard_stockout_seconds"]
+            if seconds is None:
+                self.stockouts.pop((location, accelerator), None)
+            else:
+                if seconds < 0:
+                    raise ValueError(f"standardStockoutSeconds must be 0 or more (got {seconds})")
+                self.stockouts[(location, accelerator)] = float(seconds)
+                for record in list(self._queue.values()):  # jobs already waiting get the new bound too
+                    if record.location == location and accelerator in record.demand:
+                        self._schedule_stockout(record, when)
+        self._admit(when)
+
+    def _stockout_seconds(self, record: JobRecord) -> float | None:
+        """How long this STANDARD job may wait QUEUED for capacity before the stockout (None: for ever)."""
+        if record.tier != "standard":
+            return None
+        found = [self.stockouts[(record.location, a)] for a in record.demand if (record.location, a) in self.stockouts]
+        return min(found) if found else None
+
+    def _schedule_stockout(self, record: JobRecord, now: datetime) -> None:
+        seconds = self._stockout_seconds(record)
+        if seconds is not None and record.state is S.JOB_STATE_QUEUED:
+            when = max(now, record.job.create_time + timedelta(seconds=seconds))  # type: ignore[operator]
+            self._schedule(when, "stockout", record.job.name, record.epoch)
+
+    def _stockout(self, record: JobRecord, when: datetime) -> None:
+        """A STANDARD job still QUEUED at its stockout time: failed by the service after its own
+        retries if capacity is what it lacks; one waiting for quota keeps waiting (checked again later)."""
+        if record.state is not S.JOB_STATE_QUEUED:
+            return
+        if not self.quotas.fits(record.project, record.location, record.quota):
+            again = max(1.0, self._stockout_seconds(record) or 0.0)  # never the same instant: no event loop
+            self._schedule(when + timedelta(seconds=again), "stockout", record.job.name, record.epoch)
+            return
+        # observed: openreview/openreview-expertise#401; the code (8) and no ErrorInfo are assumed
+        self._fail(record, when, _error_status("RESOURCE_EXHAUSTED",
+                                               f"Resources are insufficient in region: {record.location}"))
+
+    def set_quota_limit(self, metric: str, region: str | None, limit: int) -> None:
+        """A Cloud Quotas limit; a raised limit admits jobs that were waiting for it."""
+        self.quotas.set(metric, region, limit)
         self._admit(self.clock.now())
 
     def set_quota(self, setting: dict) -> None:
@@ -223,22 +277,18 @@ class Backend(JobTypesMixin):
             if setting.get(kind) is not None:
                 self.quotas.set_for_accelerator(setting["location"], setting["accelerator_type"],
                                                 kind == "preemptible", setting[kind])
+        self._admit(self.clock.now())
 
-    def _check_quota(self, location: str, tier: str, demand: dict[str, int], times: int = 1) -> None:
-        """GPUs of unfinished jobs count against the region's quota (SPOT and FLEX_START: the
-        preemptible one); over it, the create is refused with 429 as Vertex does. ``times``:
-        copies of ``demand`` the create will run at once (a tuning job's parallel trials)."""
-        preemptible = tier != "standard"
-        for accelerator, wanted in demand.items():
-            metric = catalog.quota_metric(accelerator, "SPOT" if preemptible else "STANDARD")
-            limit = self.quotas.enforced_limit(metric, location) if metric else None
-            if limit is None or limit < 0:
-                continue
-            used = sum(r.demand.get(accelerator, 0) for r in self.jobs.values()
-                       if r.location == location and r.tier != "persistent" and not r.state.is_terminal()
-                       and (r.tier != "standard") == preemptible)
-            if used + wanted * times > limit:
-                raise ApiError("RESOURCE_EXHAUSTED", f"The following quota metrics exceed quota limits: {metric}")
+    def _quota_refusal(self, location: str, tier: str, demand: dict[str, int]) -> str | None:
+        """Google's 429 message when the job alone needs more than a limit (SPOT and FLEX_START
+        draw on the preemptible quota), else None: a job that fits waits for quota when admitted."""
+        metric = self.quotas.refused(location, metric_demand(demand, tier != "standard"))
+        return f"The following quota metrics exceed quota limits: {metric}" if metric else None
+
+    def _check_quota(self, location: str, tier: str, demand: dict[str, int]) -> None:
+        refusal = self._quota_refusal(location, tier, demand)
+        if refusal:
+            raise ApiError("RESOURCE_EXHAUSTED", refusal)
 
     # ------------------------------------------------------------------ events
 
@@ -257,9 +307,10 @@ class Backend(JobTypesMixin):
         while self._events and self._events[0][0] <= now:
             when, _, kind, key, epoch = heapq.heappop(self._events)
             if kind == "capacity":
-                location, accelerator, tiers = json.loads(key)
-                self.capacity.set(location, accelerator, **tiers)
-                self._admit(when)
+                location, accelerator, tiers, stockout = json.loads(key)
+                self._set_capacity(location, accelerator, tiers, stockout, when)
+            elif kind == "pipeline_refused":
+                self._pipeline_refused(key, when)
             elif kind == "resource_ready":
                 self._resource_ready(key, when)
             else:
@@ -282,6 +333,8 @@ class Backend(JobTypesMixin):
                 self._end(record, S.JOB_STATE_SUCCEEDED, when)
         elif kind == "preempt":
             self._preempt(record, when)
+        elif kind == "stockout":
+            self._stockout(record, when)
         elif kind == "wait_expired" and record.job.name in self._queue:
             if self.scenario.variants.flex_start_expiry == "expired":
                 self._end(record, S.JOB_STATE_EXPIRED, when)
@@ -343,8 +396,13 @@ class Backend(JobTypesMixin):
                 return False
             for pid, n in record.demand.items():
                 pools[pid].used_replica_count = (pools[pid].used_replica_count or 0) + n
-        elif not self.capacity.try_take(record.location, record.tier, record.demand):
-            return False
+        else:
+            # quota first (it is the project's), then the region's capacity; both or nothing
+            if not self.quotas.fits(record.project, record.location, record.quota):
+                return False
+            if not self.capacity.try_take(record.location, record.tier, record.demand):
+                return False
+            self.quotas.take(record.project, record.location, record.quota)
         record.holds = True
         return True
 
@@ -359,6 +417,7 @@ class Backend(JobTypesMixin):
                     pools[pid].used_replica_count = max(0, (pools[pid].used_replica_count or 0) - n)
         else:
             self.capacity.give_back(record.location, record.tier, record.demand)
+            self.quotas.give_back(record.project, record.location, record.quota)
 
     def _resource_pools(self, record: JobRecord) -> dict | None:
         name = self._resource_name(record.project, record.location, record.job.job_spec.persistent_resource_id)
@@ -457,8 +516,9 @@ class Backend(JobTypesMixin):
         spec = job.job_spec
         strategy = spec.strategy
         tier, demand = tier_of(strategy), {a.value: n for a, n in spec.accelerator_demand().items()}
-        if spec.persistent_resource_id:
-            tier, demand = "persistent", self._persistent_demand(project, location, job)
+        quota = metric_demand(demand, tier != "standard")
+        if spec.persistent_resource_id:  # its VMs were counted when the resource was made
+            tier, demand, quota = "persistent", self._persistent_demand(project, location, job), {}
         elif check_quota:
             self._check_quota(location, tier, demand)
         first = spec.worker_pool_specs[0]
@@ -477,7 +537,8 @@ class Backend(JobTypesMixin):
         })
         record = JobRecord(job=job, project=project, location=location, seq=next(self._seq), tier=tier,
                            demand=demand, run_seconds=run_seconds, exit_code=exit_code,
-                           eligible_at=now + timedelta(seconds=self.scenario.queue_seconds), owner=owner)
+                           eligible_at=now + timedelta(seconds=self.scenario.queue_seconds), owner=owner,
+                           quota=quota)
         job.state = self._waiting_state(record)
         record.history = [(job.state.value, now)]
         self.jobs[job.name] = record
@@ -485,6 +546,7 @@ class Backend(JobTypesMixin):
         kind = "PERSISTENT_RESOURCE" if tier == "persistent" else strategy.value
         self.stats["jobsCreated"][kind] = self.stats["jobsCreated"].get(kind, 0) + 1
         self._schedule(record.eligible_at, "eligible", job.name, record.epoch)
+        self._schedule_stockout(record, now)
         if strategy is Strategy.FLEX_START:
             wait = spec.scheduling.max_wait_duration if spec.scheduling else None
             wait = Scheduling.DEFAULT_MAX_WAIT if wait is None else wait

@@ -25,9 +25,12 @@ class EmulatorControl:
 
     def set_capacity(self, location: str, accelerator_type: str, *, standard: int | None = None,
                      spot: int | None = None, flex_start: int | None = None,
-                     at_seconds: float | None = None) -> dict:
+                     at_seconds: float | None = None, standard_stockout_seconds: float | None = None) -> dict:
+        """GPUs per tier (None: unchanged); ``standard_stockout_seconds``: a STANDARD job waiting
+        that long for capacity here fails "Resources are insufficient in region: ..."."""
         body = {"location": location, "acceleratorType": accelerator_type, "standard": standard,
-                "spot": spot, "flexStart": flex_start, "atSeconds": at_seconds}
+                "spot": spot, "flexStart": flex_start, "atSeconds": at_seconds,
+                "standardStockoutSeconds": standard_stockout_seconds}
         return self._call("POST", "capacity", {k: v for k, v in body.items() if v is not None})
 
     def set_quota(self, location: str, accelerator_type: str, *, standard: int | None = None,

@@ -20,12 +20,20 @@ Tuning job (``hyperparameterTuningJobs``), the emulator's choices marked *:
         (``maxFailedTrialCount`` 0* = "the service decides": fail only when every trial failed)
     cancel -> JOB_STATE_CANCELLING, trial jobs cancelled (trials STOPPING) -> JOB_STATE_CANCELLED
         (error code 1) when the last one has stopped
+    quota*, per trial: refused at create (429) when one trial alone needs more than a limit;
+        otherwise each trial's job waits QUEUED for quota like any custom job, so parallel
+        trials beyond the free quota wait their turn (the tuning job stays PENDING until one runs)
 Training pipeline (``trainingPipelines``, custom task only): one custom job from
     ``trainingTaskInputs`` (``trainingTaskMetadata.backingCustomJob``); PIPELINE_STATE_PENDING*
     until it runs, RUNNING while it runs; when it succeeds the model is registered
     (``models/{modelId or a numeric id}`` version 1, or the next version of ``parentModel``) and
     the pipeline is SUCCEEDED with ``modelToUpload`` holding the registered version; the job's
     failure or cancellation fails or cancels the pipeline with the same error.
+    GPU quota: a pipeline is never refused at create (observed: GoogleCloudPlatform/
+    vertex-ai-samples#700, "Training failed with: code: 8 message: "The following quota metrics
+    exceed quota limits: ..."). When its custom job alone would exceed a limit, no job is made
+    and after ``queueSeconds``* the pipeline is FAILED, error code 8 and Google's quota message;
+    a job that fits waits QUEUED for quota (the pipeline PENDING) like any custom job.
 """
 
 from __future__ import annotations
@@ -88,8 +96,9 @@ class PipelineRecord:
     project: str
     location: str
     seq: int
-    job_name: str
+    job_name: str | None  # the backing custom job (None: refused for quota, never made)
     history: list[tuple[str, datetime]] = field(default_factory=list)
+    refusal: str | None = None  # the quota message it fails with (no backing job)
 
     def wire(self) -> dict:
         return self.pipeline.to_api()
@@ -167,9 +176,9 @@ class JobTypesMixin:
         spec = job.trial_job_spec
         if spec.persistent_resource_id:
             self._persistent_demand(project, location, CustomJob(job_spec=spec))  # raises when it cannot fit
-        else:
+        else:  # per trial: parallel trials beyond the free quota wait QUEUED (assumed)
             demand = {a.value: n for a, n in spec.accelerator_demand().items()}
-            self._check_quota(location, tier_of(spec.strategy), demand, times=job.parallel_trial_count or 1)
+            self._check_quota(location, tier_of(spec.strategy), demand)
         name = f"projects/{project}/locations/{location}/hyperparameterTuningJobs/{next(self._ids)}"
         job = job.model_copy(update={
             "name": name, "state": S.JOB_STATE_PENDING, "create_time": now, "update_time": now,
@@ -335,18 +344,23 @@ class JobTypesMixin:
         name = f"projects/{project}/locations/{location}/trainingPipelines/{next(self._ids)}"
         job = CustomJob(display_name=pipeline.display_name, job_spec=pipeline.custom_job_spec,
                         labels=copy.deepcopy(pipeline.labels))
-        child = self._new_job(project, location, job, now, owner=name)
+        spec = pipeline.custom_job_spec
+        refusal = None if spec.persistent_resource_id else self._quota_refusal(
+            location, tier_of(spec.strategy), {a.value: n for a, n in spec.accelerator_demand().items()})
+        child = None if refusal else self._new_job(project, location, job, now, owner=name, check_quota=False)
         model = pipeline.model_to_upload.model_copy(update={  # type: ignore[union-attr]
             "name": None, "version_id": None, "create_time": None, "update_time": None,
             "version_create_time": None, "version_update_time": None, "training_pipeline": None})
         pipeline = pipeline.model_copy(update={
             "name": name, "state": P.PIPELINE_STATE_PENDING, "create_time": now, "update_time": now,
             "start_time": None, "end_time": None, "error": None, "model_to_upload": model,
-            "training_task_metadata": {"backingCustomJob": child.job.name},
+            "training_task_metadata": {"backingCustomJob": child.job.name} if child else None,
         })
-        record = PipelineRecord(pipeline, project, location, next(self._seq), child.job.name,
-                                history=[(P.PIPELINE_STATE_PENDING.value, now)])
+        record = PipelineRecord(pipeline, project, location, next(self._seq), child.job.name if child else None,
+                                history=[(P.PIPELINE_STATE_PENDING.value, now)], refusal=refusal)
         self.pipelines[name] = record
+        if refusal:  # the service tries to make its custom job, which the quota refuses
+            self._schedule(now + timedelta(seconds=self.scenario.queue_seconds), "pipeline_refused", name)
         self.stats["trainingPipelinesCreated"] = self.stats.get("trainingPipelinesCreated", 0) + 1
         return record.wire()
 
@@ -373,10 +387,19 @@ class JobTypesMixin:
         if state is not P.PIPELINE_STATE_CANCELLING:
             now = self.clock.now()
             self._pipeline_state(record, P.PIPELINE_STATE_CANCELLING, now)
-            child = self.jobs.get(record.job_name)
+            child = self.jobs.get(record.job_name or "")
             if child is not None:
                 self._cancel_job(child, now)
+            else:  # no job to stop (refused for quota): cancelled at once
+                self._pipeline_state(record, P.PIPELINE_STATE_CANCELLED, now, Status(code=1, message="CANCELED"))
         return {}
+
+    def _pipeline_refused(self, name: str, when: datetime) -> None:
+        record = self.pipelines.get(name)
+        if record is None or record.refusal is None or record.pipeline.state.is_terminal():  # type: ignore[union-attr]
+            return
+        code = _backend.RPC_STATUS["RESOURCE_EXHAUSTED"][0]  # 8, as in vertex-ai-samples#700
+        self._pipeline_state(record, P.PIPELINE_STATE_FAILED, when, Status(code=code, message=record.refusal))
 
     def delete_training_pipeline(self, name: str) -> dict:
         record = self._pipeline(name)

@@ -1,5 +1,18 @@
 """The emulator's one quota store: GPU quota limits per (metric, region), served both as the
-Cloud Quotas API (``quotaInfos``) and enforced at create (429 RESOURCE_EXHAUSTED).
+Cloud Quotas API (``quotaInfos``) and enforced as Vertex AI enforces them (:func:`verdict`).
+
+How a limit is enforced (per project and region, one metric at a time):
+- a job that *alone* needs more than the limit is refused at create: 429 RESOURCE_EXHAUSTED
+  "The following quota metrics exceed quota limits: aiplatform.googleapis.com/<metric>"
+  (observed: GoogleCloudPlatform/stable-diffusion-on-gcp#12, google-deepmind/xmanager#29);
+- a job that fits the limit, but not next to what the project's other jobs hold, is accepted
+  and stays QUEUED until enough is free (documented: "if your Google Cloud project does not
+  have sufficient remaining custom training quotas for your job, then Vertex AI keeps the job
+  queued until you have sufficient quotas", cloud.google.com/vertex-ai/docs/training/
+  understanding-training-service, "Queue a new job").
+- *assumed*: a job holds quota exactly while it holds capacity, from admission (QUEUED ->
+  PENDING) until it ends, is cancelled or is preempted (like its GPUs); waiting jobs are
+  admitted oldest first, and one that does not fit is skipped (backfill), as for capacity.
 
 Limits come from the scenario (``quotas``, and the older per-accelerator ``quota``) and the
 control API (``POST /emulator/v1/quotas`` and the older ``POST /emulator/v1/quota``), which all
@@ -38,11 +51,55 @@ def _display(metric: str) -> str:
     return f"Custom model training {'preemptible ' if preemptible else ''}{accelerator.value} GPUs per region"
 
 
+UNLIMITED = -1  # what Cloud Quotas reports for a quota with no limit
+FITS, WAIT, REFUSE = "fits", "wait", "refuse"
+
+
+def verdict(limit: int | None, held: int, wanted: int) -> str:
+    """One metric's rule: FITS (admit now), WAIT (accepted, stays QUEUED) or REFUSE (429 at
+    create). ``limit`` None (never set) or negative (unlimited) is not enforced."""
+    if limit is None or limit < 0 or held + wanted <= limit:
+        return FITS
+    return REFUSE if wanted > limit else WAIT
+
+
+def metric_demand(demand: dict[str, int], preemptible: bool) -> dict[str, int]:
+    """GPUs per accelerator -> GPUs per quota metric (accelerators with no metric, e.g. TPUs, drop out)."""
+    out: dict[str, int] = {}
+    for accelerator, gpus in demand.items():
+        metric = catalog.quota_metric(accelerator, "SPOT" if preemptible else "STANDARD")
+        if metric and gpus:
+            out[metric] = out.get(metric, 0) + gpus
+    return out
+
+
 class QuotaStore:
     def __init__(self, default_limit: int = 64):
         self.default_limit = default_limit
         self.limits: dict[tuple[str, str | None], int] = {}  # (full metric, region or None) -> limit
+        self.held: dict[tuple[str, str, str], int] = {}  # (project, region, full metric) -> GPUs held now
         self.deny = False  # the quota API answers 403 PERMISSION_DENIED
+
+    # --- enforcement (the backend calls these at create, admission and release)
+
+    def refused(self, region: str, wanted: dict[str, int]) -> str | None:
+        """The first metric whose limit ``wanted`` alone exceeds (the create is refused), or None."""
+        return next((m for m, n in wanted.items() if verdict(self.enforced_limit(m, region), 0, n) == REFUSE), None)
+
+    def fits(self, project: str, region: str, wanted: dict[str, int]) -> bool:
+        """True when every metric has room for ``wanted`` next to what the project holds now."""
+        return all(verdict(self.enforced_limit(m, region), self.held.get((project, region, m), 0), n) == FITS
+                   for m, n in wanted.items())
+
+    def take(self, project: str, region: str, wanted: dict[str, int]) -> None:
+        for metric, n in wanted.items():
+            key = (project, region, metric)
+            self.held[key] = self.held.get(key, 0) + n
+
+    def give_back(self, project: str, region: str, wanted: dict[str, int]) -> None:
+        for metric, n in wanted.items():
+            key = (project, region, metric)
+            self.held[key] = max(0, self.held.get(key, 0) - n)
 
     def set(self, metric: str, region: str | None, limit: int) -> None:
         if not metric:

@@ -30,6 +30,11 @@ class CapacitySetting(TierCapacity):
     location: str
     accelerator_type: str
     at_seconds: float | None = Field(None, description="apply at this emulated second (None: now)")
+    # How long a STANDARD job of this accelerator here waits QUEUED for capacity before the service
+    # gives up: FAILED, "Resources are insufficient in region: <location>" (observed:
+    # openreview/openreview-expertise#401; the wait, code 8 and no ErrorInfo are assumed).
+    # Left out: unchanged; null: queue for ever (the default).
+    standard_stockout_seconds: float | None = Field(None, ge=0)
 
 
 class QuotaSetting(_Camel):

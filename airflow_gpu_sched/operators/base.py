@@ -58,6 +58,7 @@ from airflow_gpu_sched.plans import (
     Step,
     parse_plan,
     positions,
+    running_bound,
 )
 from airflow_gpu_sched.rules import Violation, check_persistent_fit
 from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW
@@ -358,8 +359,10 @@ class VertexTrainingOperator(BaseOperator):
             if existing.is_terminal():  # e.g. succeeded unwatched, or cancelled by a clear: see on_job_event
                 self.log.info("previous try's job %s already ended %s", existing.name, existing.state.value)
                 return self.on_job_event(context, kind.event(resource), earlier_try=True)
-            self.log.info("re-attaching to %s (%s), submitted by an earlier try", existing.name, existing.state.value)
-            return self.wait_for_job(context, existing.name)
+            self.log.info("re-attaching to %s (%s), submitted by an earlier try%s", existing.name,
+                          existing.state.value, "" if ledger.running_bound[0] is None else
+                          " (with the same bound on its time before RUNNING)")
+            return self.wait_for_job(context, existing.name, ledger.running_bound)
         return self.start(context, ledger)
 
     def start(self, context: Context, ledger: SubmissionLedger) -> Any:
@@ -404,11 +407,26 @@ class VertexTrainingOperator(BaseOperator):
         except QuotaExceededError as exc:
             if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
                 raise
-            # GPUs over the region's quota: a capacity outcome, the plan moves on
+            # The job alone needs more GPUs than the region's quota: a capacity outcome, the plan moves on
             record = self._no_job_record(ledger, step, location, "QUOTA_EXCEEDED", str(exc))
-            return self.fall_back(context, ledger, CapacityUnavailable("quota exceeded at create", None,
-                                                                       exc.message), record)
-        return self.wait_for_job(context, name)
+            return self.fall_back(context, ledger, self._quota_error("refused at create", exc.message,
+                                                                     location), record)
+        bound = self._running_bound(context, ledger, step)
+        ledger.set_running_bound(bound[0].timestamp() if bound else None, bound[1] if bound else None)
+        return self.wait_for_job(context, name, ledger.running_bound)
+
+    def _running_bound(self, context: Context, ledger: SubmissionLedger, step: Step) -> tuple[datetime, str] | None:
+        """By when the job just submitted must first be RUNNING (:func:`plans.running_bound`),
+        counted from its submission (a persistent pool's wait before it had its own bound)."""
+        return running_bound(step, datetime.now(timezone.utc), self._deadline(context, ledger), self.expected_run_time)
+
+    def _quota_error(self, how: str, message: str | None, location: str) -> QuotaTooLow:
+        """The service's own quota verdict (a 429 at create, a pipeline FAILED code 8): the same
+        remedy as the preflight's, so the same error type once the plan is spent."""
+        from airflow_gpu_sched.quota import increase_hint
+
+        return QuotaTooLow(f"the GPU quota is too low for this job in {location}: {how} by Vertex AI; "
+                           + increase_hint(message or "", location, self.project_id), None, message)
 
     def _deadline_budget(self, context: Context, ledger: SubmissionLedger,
                          step: Step) -> tuple[timedelta | None, str | None]:
@@ -552,11 +570,15 @@ class VertexTrainingOperator(BaseOperator):
                       len(ledger.attempts) + 1)
         return created.name
 
-    def wait_for_job(self, context: Context, job_name: str) -> Any:
+    def wait_for_job(self, context: Context, job_name: str,
+                     bound: tuple[float | None, str | None] = (None, None)) -> Any:
+        """Wait for the job; ``bound``: (epoch seconds by which it must first be RUNNING, why)."""
         from airflow_gpu_sched.triggers import CustomJobTrigger
 
         self._job_name = job_name
-        trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        running_by, why = bound
+        trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                   running_by=running_by, bound_reason=why)
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
         return self.on_job_event(context, first_event(trigger))
@@ -583,6 +605,10 @@ class VertexTrainingOperator(BaseOperator):
         preemptions = restarts + (1 if kind is Event.PREEMPTED else 0)
         record = attempt_record(job, step.strategy, kind.value, restarts, job_kind.gpu_hours(resource))
         record.update(position=index, location=location)
+        bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.get("running_bound"))  # our cancel, past the bound
+        if kind is Event.QUOTA_EXCEEDED or bounded:  # visible as such, not as the job's FAILED / CANCELLED
+            record.update(state="QUOTA_EXCEEDED" if kind is Event.QUOTA_EXCEEDED else "CAPACITY_TIMEOUT",
+                          error=event.get("message") or record["error"])
         ledger.finish_attempt(record, preemptions, completed=kind is Event.SUCCEEDED)
         self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
                       record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
@@ -611,6 +637,9 @@ class VertexTrainingOperator(BaseOperator):
             error: GpuTrainingError = PreemptionBudgetExhausted(
                 f"SPOT job preempted past the service's restarts {preempted_here} time(s); "
                 f"max_preemption_retries={step.max_preemption_retries} spent", job.name, message)
+        elif bounded:
+            error = CapacityWaitExpired(f"{step.strategy} job not RUNNING within its bound "
+                                        f"({event['running_bound']}): cancelled", job.name, event.get("message"))
         elif kind is Event.CAPACITY_TIMEOUT:
             # Named from the job's own spec: an EXPIRED job carries no error message to quote.
             wait = job.job_spec.scheduling.max_wait_duration if job.job_spec.scheduling else None
@@ -618,6 +647,11 @@ class VertexTrainingOperator(BaseOperator):
             error = CapacityWaitExpired(f"FLEX_START capacity never came: the job waited its {waited} "
                                         "without getting all its GPUs at once", job.name,
                                         message or f"the job ended {job.state.value}")
+        elif kind is Event.QUOTA_EXCEEDED:
+            error = self._quota_error(f"{job.name} FAILED for quota", message, location)
+        elif kind is Event.PREEMPTED:  # on a step that is not SPOT: the service gave up for want of capacity
+            error = CapacityUnavailable(f"{step.strategy}: no capacity, the service gave up after its own "
+                                        "retries (stockout)", job.name, message)
         else:
             error = CapacityUnavailable(f"the job ended by {kind.value}", job.name, message)
         return self.fall_back(context, ledger, error, record=None)

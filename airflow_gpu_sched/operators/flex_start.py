@@ -20,12 +20,17 @@ class FlexStartTrainingOperator(VertexTrainingOperator):
     DWS rules are checked before submitting: GPUs L4, A100, H100, H200 or B200; ``timeout`` at
     most 7 days; every worker pool the same machine configuration. FLEX_START uses the
     *preemptible* GPU quota of the region.
+    :param capacity_wait_timeout: an optional bound the operator enforces on the time before the
+        job first runs (cancel, then fall back); None (default): ``max_wait_duration`` alone,
+        which the service enforces.
     """
 
     def __init__(self, *, max_wait_duration: timedelta | float | str | None = Scheduling.DEFAULT_MAX_WAIT,
-                 **kwargs: Any) -> None:
+                 capacity_wait_timeout: timedelta | float | str | None = None, **kwargs: Any) -> None:
         self.max_wait_duration = _duration_arg("max_wait_duration", max_wait_duration)
+        self.capacity_wait_timeout = _duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
     def own_steps(self) -> list[Step]:
-        return [FlexStartStep(max_wait_duration=self.max_wait_duration)]
+        return [FlexStartStep(max_wait_duration=self.max_wait_duration,
+                              capacity_wait_timeout=self.capacity_wait_timeout)]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
 from airflow_gpu_sched.plans import Step
-from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
 
 class SpotTrainingOperator(VertexTrainingOperator):
@@ -18,11 +19,18 @@ class SpotTrainingOperator(VertexTrainingOperator):
     :class:`PreemptionBudgetExhausted`. A failure of the user's code fails the task at once and
     is never resubmitted. Set ``base_output_dir`` and checkpoint at least every few hours, or
     every resubmission starts from scratch.
+
+    :param capacity_wait_timeout: how long a job may wait (QUEUED, PENDING) before it first
+        runs; past it the operator cancels it and falls back, or fails with
+        :class:`CapacityWaitExpired`. None (default): a SPOT job with no Spot capacity waits for ever.
     """
 
-    def __init__(self, *, max_preemption_retries: int = 3, **kwargs: Any) -> None:
+    def __init__(self, *, max_preemption_retries: int = 3,
+                 capacity_wait_timeout: timedelta | float | str | None = None, **kwargs: Any) -> None:
         self.max_preemption_retries = max_preemption_retries
+        self.capacity_wait_timeout = _duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
     def own_steps(self) -> list[Step | dict]:
-        return [{"strategy": "SPOT", "max_preemption_retries": self.max_preemption_retries}]
+        return [{"strategy": "SPOT", "max_preemption_retries": self.max_preemption_retries,
+                 "capacity_wait_timeout": self.capacity_wait_timeout}]

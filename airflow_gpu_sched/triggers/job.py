@@ -4,16 +4,20 @@ in the triggerer's event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.job_types import job_type_of
-from airflow_gpu_sched.outcomes import error_event
-from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW, JobWatch
+from airflow_gpu_sched.outcomes import Event, error_event
+from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too; cancel is one small request
+CANCEL_SETTLE = 120.0  # after the bound's cancel, how long to follow the job to its end before reporting
+_TIMED_OUT = object()
 
 
 def location_of(resource_name: str) -> str:
@@ -35,16 +39,23 @@ BATCHED, PER_JOB = "batched", "per_job"
 
 class CustomJobTrigger(BaseTrigger):
     """Waits for one job (of any job type: its resource name says which); yields one event (``succeeded``, ``failed``, ``cancelled``,
-    ``preempted``, ``capacity_timeout`` or ``error``) when it ends or the API stays unreachable.
+    ``preempted``, ``capacity_timeout``, ``quota_exceeded`` or ``error``) when it ends or the API stays unreachable.
 
     ``polling="batched"`` (default): the job is watched by the loop's shared poller
     (:mod:`.poller`: one paged list per interval for all jobs of a connection and region);
     ``"per_job"``: this trigger GETs its own job every ``poll_interval``.
+
+    ``running_by`` (epoch seconds, so it holds across triggerer restarts; None: no bound): the
+    operator's bound on the time before RUNNING. A job that has never been RUNNING by then
+    (QUEUED for quota or capacity, PENDING) is cancelled, followed to its end, and reported as
+    ``capacity_timeout`` with ``running_bound`` (``bound_reason``, the why) in the payload.
+    Only the time before the *first* RUNNING counts (``startTime``): later SPOT restarts are
+    the preemption budget's business.
     """
 
     def __init__(self, job_name: str, gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
                  transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0,
-                 polling: str = BATCHED):
+                 polling: str = BATCHED, running_by: float | None = None, bound_reason: str | None = None):
         super().__init__()
         if polling not in (BATCHED, PER_JOB):
             raise ValueError(f"polling must be {BATCHED!r} or {PER_JOB!r} (got {polling!r})")
@@ -54,13 +65,16 @@ class CustomJobTrigger(BaseTrigger):
         self.transient_error_window = float(transient_error_window)
         self.observed_restarts = int(observed_restarts)
         self.polling = polling
+        self.running_by = None if running_by is None else float(running_by)
+        self.bound_reason = bound_reason
+        self._cancel_note = ""
         self.job_type = job_type_of(job_name)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "job_name": self.job_name, "gcp_conn_id": self.gcp_conn_id, "poll_interval": self.poll_interval,
             "transient_error_window": self.transient_error_window, "observed_restarts": self.observed_restarts,
-            "polling": self.polling,
+            "polling": self.polling, "running_by": self.running_by, "bound_reason": self.bound_reason,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -75,21 +89,85 @@ class CustomJobTrigger(BaseTrigger):
         from airflow_gpu_sched.client import NotFoundError
 
         watch = JobWatch(self.job_name, self.transient_error_window, observed_restarts=self.observed_restarts)
-        async for item in news:
-            if isinstance(item, NotFoundError):
-                return error_event(f"{self.job_name} no longer exists: {item}", self.job_name)
-            if isinstance(item, Exception):  # the poll failed after the client's brief retries
-                if watch.failed_poll(item):
-                    self.log.warning("poll of %s failed, retrying: %s", self.job_name, item)
+        stream = _Stream(news)
+        started = False
+        cancelled_at: float | None = None  # when the bound's cancel went out
+        look_at = self.running_by  # when to look at the job if no news came by then
+        try:
+            while True:
+                item = await stream.next(None if started and cancelled_at is None else look_at)
+                if item is _TIMED_OUT:  # no news by the bound (or the settle time): look at the job now
+                    item = await self._get_now()
+                    look_at = time.time() + self.poll_interval  # and again a poll later, not at once
+                if isinstance(item, NotFoundError):
+                    return error_event(f"{self.job_name} no longer exists: {item}", self.job_name)
+                if isinstance(item, Exception):  # the poll failed after the client's brief retries
+                    if watch.failed_poll(item):
+                        self.log.warning("poll of %s failed, retrying: %s", self.job_name, item)
+                        continue
+                    return error_event(watch.unreachable_message(item), self.job_name)
+                view = self.job_type.view(item)
+                line = watch.observe(view)
+                if line:
+                    self.log.info(line)
+                if cancelled_at is not None:
+                    if view.is_terminal() and view.state.value != "JOB_STATE_CANCELLED":  # type: ignore[union-attr]
+                        return self.job_type.event(item, watch.observed_restarts)  # it ended otherwise first
+                    if view.is_terminal() or time.time() >= cancelled_at + CANCEL_SETTLE:
+                        return self._bound_event(item, view, watch.observed_restarts)
                     continue
-                return error_event(watch.unreachable_message(item), self.job_name)
-            view = self.job_type.view(item)
-            line = watch.observe(view)
-            if line:
-                self.log.info(line)
-            if view.is_terminal():
-                return self.job_type.event(item, watch.observed_restarts)
-        raise RuntimeError("the poll stream ended")  # never: both streams are endless
+                if view.is_terminal():
+                    return self.job_type.event(item, watch.observed_restarts)
+                started = started or has_run(view)
+                if past_running_bound(view, self.running_by, time.time()):
+                    error = await self._cancel_for_bound(view)
+                    if error is not None:
+                        return error
+                    cancelled_at = time.time()
+                    look_at = cancelled_at + CANCEL_SETTLE
+        finally:
+            await stream.close()
+        raise RuntimeError("unreachable")  # pragma: no cover
+
+    def _bound_message(self, view: Any) -> str:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.running_by or 0))
+        state = view.state.value if view.state else "?"
+        why = self.bound_reason or "the bound on the time before RUNNING"
+        return (f"{self.job_name} was not RUNNING by {when} ({why}): still {state} (waiting for quota or "
+                "capacity) when the bound passed; cancelled it")
+
+    async def _cancel_for_bound(self, view: Any) -> dict[str, Any] | None:
+        """Cancel a job past the bound; an error event when the cancel cannot be sent (the job
+        would stay queued unwatched: the operator fails and a retry re-attaches and cancels)."""
+        from airflow_gpu_sched.client import VertexError
+
+        self._cancel_note = self._bound_message(view)
+        self.log.warning(self._cancel_note)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        try:
+            await cancel_quietly(client, self.job_name)
+        except VertexError as exc:
+            return error_event(f"cancelling {self.job_name} past its bound failed: {exc}", self.job_name)
+        return None
+
+    def _bound_event(self, item: Any, view: Any, restarts: int) -> dict[str, Any]:
+        """The capacity outcome of the bound: the job as last seen (CANCELLED, or still CANCELLING)."""
+        payload: dict[str, Any] = {"status": Event.CAPACITY_TIMEOUT.value, "job": view.to_api(),
+                                   "observed_restarts": restarts, "message": self._cancel_note,
+                                   "running_bound": self.bound_reason or "running_by"}
+        if item is not view:  # a tuning job or a pipeline: the operator reads the resource itself
+            payload["resource"] = item.to_api()
+        return payload
+
+    async def _get_now(self) -> Any:
+        """One GET of the job (the shared poller tells only of changes), or the error of the call."""
+        from airflow_gpu_sched.client import VertexError
+
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        try:
+            return await self.job_type.get(client, self.job_name)
+        except VertexError as exc:
+            return exc
 
     async def _news(self) -> AsyncIterator[Any]:
         """The job as polled (a resource of the job type), or the error of a failed poll, one after another."""
@@ -121,6 +199,32 @@ class CustomJobTrigger(BaseTrigger):
         client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
         self.log.info("task killed by a user: cancelling %s", self.job_name)
         await asyncio.wait_for(cancel_quietly(client, self.job_name), ON_KILL_TIMEOUT)
+
+
+class _Stream:
+    """The news stream, read with an optional wall-clock wake-up: a read that times out keeps
+    its pending ``__anext__`` for the next call, so nothing the poller sends is lost."""
+
+    def __init__(self, news: AsyncIterator[Any]):
+        self._news = news
+        self._pending: asyncio.Future | None = None
+
+    async def next(self, wake: float | None) -> Any:
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._news.__anext__())
+        timeout = None if wake is None else max(0.0, wake - time.time())
+        done, _ = await asyncio.wait({self._pending}, timeout=timeout)
+        if not done:
+            return _TIMED_OUT
+        pending, self._pending = self._pending, None
+        return pending.result()
+
+    async def close(self) -> None:
+        if self._pending is not None and not self._pending.done():
+            self._pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await self._pending
+        self._pending = None
 
 
 async def cancel_quietly(client: Any, job_name: str) -> bool:
