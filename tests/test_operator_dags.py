@@ -81,10 +81,10 @@ def test_a_retry_after_a_worker_crash_between_create_and_defer_makes_no_second_j
     class DiesAfterCreate(SpotTrainingOperator):
         """Fault injection: the first try's worker dies right after the job was created."""
 
-        def wait_for_job(self, context, job_name):
+        def wait_for_job(self, context, job_name, *args, **kwargs):
             if context["ti"].try_number == 1:
                 raise SystemExit("worker killed")
-            return super().wait_for_job(context, job_name)
+            return super().wait_for_job(context, job_name, *args, **kwargs)
 
     with DAG("crash_after_create", schedule=None, start_date=START) as dag:
         DiesAfterCreate(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
