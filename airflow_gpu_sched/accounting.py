@@ -48,7 +48,7 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     queued_until = job.start_time or ended
     run = _seconds(job.start_time, job.end_time)
     if gpu_hours is None:
-        gpu_hours = round(gpus_of(job.job_spec) * run / 3600.0, 4)
+        gpu_hours = round(job.job_spec.accelerators_held() * run / 3600.0, 4)
     return {
         "job_name": job.name,
         "strategy": strategy,
@@ -80,12 +80,6 @@ def _accelerator(job: CustomJob) -> str | None:
         if pool.machine_spec and pool.machine_spec.accelerator_type:
             return pool.machine_spec.accelerator_type.value
     return None
-
-
-def gpus_of(spec: CustomJobSpec) -> int:
-    """Accelerators the spec holds at once: per replica x replicas, summed over its pools."""
-    return sum(((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0) * pool.replicas
-               for _, pool in spec.active_pools())
 
 
 def console_url(job_name: str) -> str:

@@ -191,11 +191,9 @@ class HyperparameterTuningJobType(JobType):
 
     def gpu_hours(self, resource: Any) -> float | None:
         """Trials run side by side: the sum of each trial's run time x the GPUs of one trial."""
-        from airflow_gpu_sched.accounting import gpus_of
-
         seconds = sum((t.end_time - t.start_time).total_seconds() for t in (resource.trials or [])
                       if t.start_time and t.end_time)
-        return round(gpus_of(resource.trial_job_spec or CustomJobSpec()) * seconds / 3600.0, 4)
+        return round((resource.trial_job_spec or CustomJobSpec()).accelerators_held() * seconds / 3600.0, 4)
 
     def outputs(self, resource: Any) -> dict[str, Any]:
         trials = [_trial_record(t) for t in resource.trials or []]

@@ -445,6 +445,11 @@ class CustomJobSpec(VertexModel):
         """(index, pool) for every pool that asks for replicas."""
         return [(i, p) for i, p in enumerate(self.worker_pool_specs) if not p.is_empty()]
 
+    def accelerators_held(self) -> int:
+        """Accelerators the spec holds at once: per replica x replicas, summed over its pools."""
+        return sum(((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0) * pool.replicas
+                   for _, pool in self.active_pools())
+
     def accelerator_demand(self) -> dict[AcceleratorType, int]:
         """Accelerators the job holds at once, per type (count x replicas over all pools)."""
         demand: dict[AcceleratorType, int] = {}

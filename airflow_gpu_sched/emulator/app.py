@@ -17,7 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.auth import TokenIssuer
-from airflow_gpu_sched.emulator.backend import ApiError, Backend
+from airflow_gpu_sched.emulator.api_errors import ApiError
+from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from airflow_gpu_sched.emulator.backend import ApiError
+from airflow_gpu_sched.emulator.api_errors import ApiError
 
 # aiplatform v1 discovery document, global "parameters" (revision 20261106)
 GLOBAL_PARAMETERS = frozenset({

@@ -41,7 +41,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.emulator.backend import ApiError
+from airflow_gpu_sched.emulator.api_errors import ApiError
 
 _WKT = "type.googleapis.com/google.protobuf."
 _SCALAR_TYPE = {"string": "TYPE_STRING", "bytes": "TYPE_BYTES", "int64": "TYPE_INT64", "uint64": "TYPE_UINT64",
