@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_gpu_sched.errors import InvalidTrainingSpec
+from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 from airflow_gpu_sched.operators import (
     FlexStartTrainingOperator,
     GpuTrainingOperator,

@@ -2,6 +2,8 @@
 
 Apart from the backend so that the backend's job-type mixin (``jobtypes.py``) and the HTTP layer
 raise them without importing the backend.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import base64
 import json
 from typing import Any
 
-from airflow_gpu_sched.models import RPC_STATUS
-from airflow_gpu_sched.rules import Violation
+from airflow_gpu_sched.vertex.models import RPC_STATUS
+from airflow_gpu_sched.vertex.rules import Violation
 
 
 class ApiError(Exception):

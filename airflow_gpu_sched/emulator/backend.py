@@ -29,6 +29,8 @@ visible (above) or invisible (the job stays RUNNING through them, each restart c
 ``provisioning_seconds`` of no progress); errors with an ErrorInfo reason or message only;
 FLEX_START expiry as FAILED (above) or JOB_STATE_EXPIRED (no error, no endTime: the proto
 fills those for FAILED/CANCELLED only); FLEX_START waiting in QUEUED or PENDING.
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, e
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.scenario import Scenario
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex.models import (
     RPC_STATUS,
     CustomJob,
     JobState,
@@ -66,7 +68,7 @@ from airflow_gpu_sched.models import (
     format_duration,
     format_timestamp,
 )
-from airflow_gpu_sched.rules import (
+from airflow_gpu_sched.vertex.rules import (
     Violation,
     check_custom_job,
     check_persistent_fit,
@@ -776,7 +778,7 @@ class Backend(JobTypesMixin):
 
     def timeline_rows(self) -> list:
         """Every job, newest first, as timeline rows (for the dashboard and the SVG)."""
-        from airflow_gpu_sched.timeline import Row, segments_from_history
+        from airflow_gpu_sched.vertex.timeline import Row, segments_from_history
 
         now = self.clock.now()
         rows = []

@@ -34,6 +34,8 @@ Training pipeline (``trainingPipelines``, custom task only): one custom job from
     exceed quota limits: ..."). When its custom job alone would exceed a limit, no job is made
     and after ``queueSeconds``* the pipeline is FAILED, error code 8 and Google's quota message;
     a job that fits waits QUEUED for quota (the pipeline PENDING) like any custom job.
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from pydantic import ValidationError
 from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator import studies
 from airflow_gpu_sched.emulator.capacity import tier_of
-from airflow_gpu_sched.job_type_models import (
+from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
     Measurement,
     MeasurementMetric,
@@ -57,8 +59,8 @@ from airflow_gpu_sched.job_type_models import (
     Trial,
     TrialParameter,
 )
-from airflow_gpu_sched.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status, TrialState
-from airflow_gpu_sched.rules import Violation, check_training_pipeline, check_tuning_job, parse_violations
+from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status, TrialState
+from airflow_gpu_sched.vertex.rules import Violation, check_training_pipeline, check_tuning_job, parse_violations
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.emulator.backend import JobRecord

@@ -16,6 +16,8 @@ The refusal's wording is Google's front end's for an unbound query parameter, as
 users (assumed verbatim; not checked against the live service by this project):
 ``Invalid JSON payload received. Unknown name "foo": Cannot bind query parameter. Field 'foo'
 could not be found in request message.``
+
+May import: emulator; never airflow.
 """
 
 from __future__ import annotations

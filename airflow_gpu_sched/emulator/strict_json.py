@@ -30,6 +30,8 @@ also accepts a single value for a repeated field (one element).
 
 Several errors are joined with newlines in the message, each its own field violation.
 Map values are addressed ``field[i].value`` (i: the entry's position), as Google's paths are.
+
+May import: emulator; never airflow.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ What each figure is, given what the API can tell (no figure claims more):
   service's restarts it saw as RUNNING -> QUEUED/PENDING between two polls. A restart between
   polls, or one the service does not show at all, is not counted: with any SPOT attempt the
   figure is a lower bound (``preemptions_lower_bound``: true).
+
+May import: vertex, orchestration; airflow only inside functions.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.job_types import job_type_of
-from airflow_gpu_sched.models import CustomJob, CustomJobSpec, format_timestamp
+from airflow_gpu_sched.orchestration.job_types import job_type_of
+from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, format_timestamp
 
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "preemptions_lower_bound",
                "queued_seconds",

@@ -18,6 +18,8 @@ Steps are typed objects, or plain dicts whose keys are the operators' own argume
     {"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": ["us-central1", "us-east4"]}
     {"strategy": "SPOT", "max_preemption_retries": 2}
     {"strategy": "STANDARD"}
+
+May import: vertex; airflow.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from airflow_gpu_sched.models import Scheduling, parse_duration
-from airflow_gpu_sched.rules import PERSISTENT_RESOURCE_ID, Violation
+from airflow_gpu_sched.vertex.models import Scheduling, parse_duration
+from airflow_gpu_sched.vertex.rules import PERSISTENT_RESOURCE_ID, Violation
 
 STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD")
 

@@ -11,9 +11,11 @@ Wire format (see ``shared/vertex-api.md``):
 - unknown fields in responses are ignored, never an error.
 
 Parsing is deliberately lenient. The rules a job must follow (which accelerator a machine
-carries, what FLEX_START or SPOT accept, ...) live in :mod:`airflow_gpu_sched.rules`, so the
+carries, what FLEX_START or SPOT accept, ...) live in :mod:`airflow_gpu_sched.vertex.rules`, so the
 client, the operators and the emulator reject the same specs with the same words, while a
 response from the service always parses.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

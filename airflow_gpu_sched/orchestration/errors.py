@@ -20,6 +20,8 @@ AirflowException
 ```
 Every message carries the job name and the service's ``error.message`` where there is one.
 With a capacity plan, the capacity errors are raised only when the plan has no step left.
+
+May import: nothing of this package; airflow.
 """
 
 from __future__ import annotations
