@@ -240,7 +240,7 @@ with VertexClient(location=location, project=project, api_endpoint=url) as clien
         missing = type(exc).__name__
 print(json.dumps({"created": created.name, "read": read.name, "state": read.state.value,
                   "strategy": read.job_spec.strategy.value, "missing": missing,
-                  "accelerators": pool.accelerator_type.value in {a.value for a in catalog.accelerators_for(pool.machine_type)},
+                  "accelerators": pool.accelerator_type in catalog.accelerators_for(pool.machine_type),
                   "airflow_loaded": any(m == "airflow" or m.startswith("airflow.") for m in sys.modules)}))
 """
 

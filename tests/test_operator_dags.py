@@ -218,8 +218,8 @@ def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, 
 def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):
     from airflow.sdk import DAG
 
-    from airflow_gpu_sched.vertex.client import VertexClient
     from airflow_gpu_sched.operators import PersistentResourceTrainingOperator
+    from airflow_gpu_sched.vertex.client import VertexClient
 
     airflow.reset(with_a100_pool())
     with DAG("busy_pool", schedule=None, start_date=START) as dag:

@@ -293,8 +293,8 @@ def test_a_tuning_job_whose_trials_wait_for_quota_is_cancelled_past_its_bound(ai
     ("unknown_job", {}, "job_type"),
 ], ids=["study-spec-on-a-custom-job", "model-on-a-custom-job", "trials-on-a-pipeline", "unknown-job-type"])
 def test_job_type_arguments_on_the_wrong_type_are_rejected_at_parse_time(job_type, kwargs, field):
-    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
     from airflow_gpu_sched.operators import SpotTrainingOperator
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 
     with pytest.raises(InvalidTrainingSpec) as info:
         SpotTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/t:1",
@@ -309,9 +309,9 @@ def test_job_type_arguments_on_the_wrong_type_are_rejected_at_parse_time(job_typ
 async def test_a_killed_task_cancels_its_job_whatever_the_job_type(fast_emulator, job_type):
     """The trigger's on_kill (a user marked the deferred task failed, or cleared it) cancels a
     tuning job or a pipeline as it does a custom job: the resource name says which API to call."""
-    from airflow_gpu_sched.vertex.client import VertexClient
     from airflow_gpu_sched.orchestration.job_types import JobOptions, get_job_type, job_type_of
     from airflow_gpu_sched.triggers import CustomJobTrigger
+    from airflow_gpu_sched.vertex.client import VertexClient
 
     op = _operator("SPOT", job_type)
     kind = get_job_type(job_type)

@@ -12,6 +12,11 @@ import time
 
 import pytest
 
+from airflow_gpu_sched.operators import (
+    FlexStartTrainingOperator,
+    PersistentResourceTrainingOperator,
+    SpotTrainingOperator,
+)
 from airflow_gpu_sched.orchestration.accounting import ATTEMPT_KEYS, RESULT_KEYS, summary_table
 from airflow_gpu_sched.orchestration.errors import (
     CapacityWaitExpired,
@@ -24,11 +29,6 @@ from airflow_gpu_sched.orchestration.errors import (
     VertexUnreachable,
 )
 from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
-from airflow_gpu_sched.operators import (
-    FlexStartTrainingOperator,
-    PersistentResourceTrainingOperator,
-    SpotTrainingOperator,
-)
 from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 

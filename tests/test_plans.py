@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 
+from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
 from airflow_gpu_sched.orchestration.accounting import summary_table
 from airflow_gpu_sched.orchestration.errors import (
     CapacityUnavailable,
@@ -17,8 +18,13 @@ from airflow_gpu_sched.orchestration.errors import (
     QuotaTooLow,
     TrainingJobFailed,
 )
-from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
-from airflow_gpu_sched.orchestration.plans import FlexStartStep, PersistentResourceStep, SpotStep, StandardStep, running_bound
+from airflow_gpu_sched.orchestration.plans import (
+    FlexStartStep,
+    PersistentResourceStep,
+    SpotStep,
+    StandardStep,
+    running_bound,
+)
 from tests.airflow_harness import run_dag
 from tests.conftest import LOCATION, PROJECT, with_a100_pool
 from tests.test_operators import context

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from airflow_gpu_sched.vertex.client import VertexClient
 from airflow_gpu_sched.triggers import CustomJobTrigger
 from airflow_gpu_sched.triggers import poller as poller_module
+from airflow_gpu_sched.vertex.client import VertexClient
 from tests.conftest import LOCATION, PROJECT
 
 N = 40

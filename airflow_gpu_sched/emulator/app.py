@@ -18,8 +18,8 @@ from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.api_errors import ApiError
+from airflow_gpu_sched.emulator.auth import TokenIssuer
 from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario

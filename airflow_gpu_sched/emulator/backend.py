@@ -46,12 +46,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
-from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.scenario import Scenario

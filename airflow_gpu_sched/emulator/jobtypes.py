@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator import studies
+from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator.capacity import tier_of
 from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,

@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import Scheduling
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, Step
+from airflow_gpu_sched.vertex.models import Scheduling
 
 
 class FlexStartTrainingOperator(VertexTrainingOperator):

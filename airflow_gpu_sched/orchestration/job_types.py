@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
+from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
 from airflow_gpu_sched.vertex.rules import Violation
 
 

@@ -24,9 +24,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from airflow_gpu_sched.vertex.client import VertexClient
 from airflow_gpu_sched.emulator import EmulatorServer, Scenario
 from airflow_gpu_sched.emulator.control import EmulatorControl
+from airflow_gpu_sched.vertex.client import VertexClient
 from airflow_gpu_sched.vertex.models import CustomJob
 
 PROJECT, LOCATION = "demo-project", "us-central1"

@@ -13,8 +13,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.outcomes import Event, error_event
-from airflow_gpu_sched.triggers.job import async_client
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch
+from airflow_gpu_sched.triggers.job import async_client
 
 WAITING_STATES = {"PROVISIONING", "REBOOTING", "UPDATING", "STATE_UNSPECIFIED"}
 FAILED_STATES = {"ERROR", "STOPPING"}

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_sched.vertex.client import NotFoundError
 from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB
+from airflow_gpu_sched.vertex.client import NotFoundError
 from airflow_gpu_sched.vertex.models import JobState, format_timestamp
 from airflow_gpu_sched.vertex.rules import SpecError
 from tests.contract.conftest import AGAINST_GOOGLE, Target
