@@ -271,9 +271,12 @@ def test_the_old_import_paths_the_docs_showed_still_work():
     assert errors.CapacityUnavailable is new_errors.CapacityUnavailable
 
 
-def test_the_triggers_keep_the_classpaths_stored_in_the_database():
+def test_the_names_stored_in_users_databases_did_not_move():
+    from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
     from airflow_gpu_sched.triggers.capacity import PersistentCapacityTrigger
     from airflow_gpu_sched.triggers.job import CustomJobTrigger
+
+    assert LEDGER_KEY == "airflow_gpu_sched.ledger"  # the task state store key of every submission
 
     assert f"{CustomJobTrigger.__module__}.{CustomJobTrigger.__qualname__}" == \
         "airflow_gpu_sched.triggers.job.CustomJobTrigger"

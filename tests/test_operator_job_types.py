@@ -192,7 +192,7 @@ def test_a_quota_below_the_need_fails_before_any_create_naming_the_metric(airflo
     result = run_dag(dag, logical_date=START)
     assert result.state == "failed"
     assert sum(v for k, v in airflow.stats()["requests"].items() if k.endswith(".create")) == 0
-    ledger = result.task_state_store["train"]["airflow_gpu_sched.orchestration.ledger"]
+    ledger = result.task_state_store["train"]["airflow_gpu_sched.ledger"]
     error = ledger["attempts"][0]["error"]
     assert "custom_model_training_preemptible_nvidia_a100_gpus" in error and LOCATION in error
     assert "is 3, the job needs 4" in error and "request an increase" in error

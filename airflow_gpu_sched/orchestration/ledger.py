@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-LEDGER_KEY = "airflow_gpu_sched.orchestration.ledger"
+LEDGER_KEY = "airflow_gpu_sched.ledger"  # stored in users' task state stores: never changes with the module path
 SUBMISSION_LABEL = "gpu-sched-submission"
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "airflow-gpu-sched"

@@ -61,7 +61,7 @@ from airflow_gpu_sched.vertex.rules import (
     validate_tuning_job,
 )
 
-log = logging.getLogger("airflow_gpu_sched.vertex.client")
+log = logging.getLogger("airflow_gpu_sched.client")  # the name users' logging configs know
 
 T = TypeVar("T")
 
