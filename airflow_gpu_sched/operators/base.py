@@ -102,7 +102,7 @@ def first_event(trigger: BaseTrigger) -> dict[str, Any]:
 
 class VertexTrainingOperator(BaseOperator):
     """Train on Vertex AI under a capacity plan: an ordered list of steps (strategies), each
-    with its own knobs and regions (:mod:`airflow_gpu_sched.orchestration.plans`).
+    with its own knobs and regions (:mod:`airflow_gpu_sched.plans`).
 
     :param project_id: Google Cloud project of the job.
     :param location: region, e.g. ``us-central1`` (a step's ``locations`` override it).
@@ -740,7 +740,7 @@ def _duration_arg(name: str, value: Any) -> timedelta | None:
 
 class GpuTrainingOperator(VertexTrainingOperator):
     """Train under an explicit capacity plan: ``plan=[step, ...]`` (typed steps or dicts, see
-    :mod:`airflow_gpu_sched.orchestration.plans`), tried in order on capacity outcomes."""
+    :mod:`airflow_gpu_sched.plans`), tried in order on capacity outcomes."""
 
     def __init__(self, *, plan: list[Step | dict[str, Any]], **kwargs: Any) -> None:
         super().__init__(plan=plan, **kwargs)
