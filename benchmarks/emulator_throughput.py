@@ -108,7 +108,7 @@ def main() -> int:
     parser.add_argument("--load-procs", type=int, default=2, help="load generator processes")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-m", "airflow_gpu_sched.cli", "emulator", "--port", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "airflow_gpu_sched.tools.cli", "emulator", "--port", "0"],
                               stdout=subprocess.PIPE, text=True)
     try:
         first = server.stdout.readline()  # "Vertex AI emulator listening on http://127.0.0.1:PORT"

@@ -136,7 +136,7 @@ def main() -> int:
         return 0
 
     home = tempfile.mkdtemp(prefix="scale_airflow_home_")
-    emulator = subprocess.Popen([sys.executable, "-m", "airflow_gpu_sched.cli", "emulator", "--port", "0"],
+    emulator = subprocess.Popen([sys.executable, "-m", "airflow_gpu_sched.tools.cli", "emulator", "--port", "0"],
                                 stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         base = emulator.stdout.readline().strip().rsplit(" ", 1)[-1]

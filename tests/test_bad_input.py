@@ -7,13 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_gpu_sched.errors import InvalidTrainingSpec
 from airflow_gpu_sched.operators import (
     FlexStartTrainingOperator,
     GpuTrainingOperator,
     PersistentResourceTrainingOperator,
     SpotTrainingOperator,
 )
+from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 from tests.conftest import LOCATION, PROJECT, with_a100_pool
 
 BASE = dict(project_id=PROJECT, location=LOCATION, deferrable=False, poll_interval=0.02)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import DATA
 
-CLI = [sys.executable, "-m", "airflow_gpu_sched.cli"]
+CLI = [sys.executable, "-m", "airflow_gpu_sched.tools.cli"]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 
-from airflow_gpu_sched.client import (
+from airflow_gpu_sched.vertex.client import (
     AmbiguousCreateError,
     ApiRequestInfo,
     ConnectionSettings,
@@ -41,10 +41,10 @@ from airflow_gpu_sched.client import (
     is_loopback_http,
     next_step,
 )
-from airflow_gpu_sched.client import aio, sync
-from airflow_gpu_sched.client.core import parse_retry_after
-from airflow_gpu_sched.models import CustomJob, Status
-from airflow_gpu_sched.rules import SpecError
+from airflow_gpu_sched.vertex.client import aio, sync
+from airflow_gpu_sched.vertex.client.core import parse_retry_after
+from airflow_gpu_sched.vertex.models import CustomJob, Status
+from airflow_gpu_sched.vertex.rules import SpecError
 
 PARENT = "projects/p/locations/us-east4"
 JOB_NAME = f"{PARENT}/customJobs/123"

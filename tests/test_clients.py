@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from airflow_gpu_sched.client import (
+from airflow_gpu_sched.vertex.client import (
     AmbiguousCreateError,
     AsyncVertexClient,
     InvalidArgumentError,
@@ -16,9 +16,9 @@ from airflow_gpu_sched.client import (
     VertexClient,
     VertexTransportError,
 )
-from airflow_gpu_sched.client.aio import shared_http_client
-from airflow_gpu_sched.models import JobState, Strategy
-from airflow_gpu_sched.rules import SpecError
+from airflow_gpu_sched.vertex.client.aio import shared_http_client
+from airflow_gpu_sched.vertex.models import JobState, Strategy
+from airflow_gpu_sched.vertex.rules import SpecError
 from tests.conftest import LOCATION, PROJECT, load_seed
 
 FAST_RETRY = RetryPolicy(initial=0.01, maximum=0.05, deadline=20.0)

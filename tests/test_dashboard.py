@@ -13,7 +13,7 @@ import requests
 from tests.conftest import LOCATION, with_a100_pool
 from tests.test_emulator import job
 
-CLI = [sys.executable, "-m", "airflow_gpu_sched.cli"]
+CLI = [sys.executable, "-m", "airflow_gpu_sched.tools.cli"]
 
 
 def _jobs_url(emulator) -> str:

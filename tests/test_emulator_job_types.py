@@ -9,17 +9,17 @@ from __future__ import annotations
 import pytest
 import requests
 
-from airflow_gpu_sched import catalog
-from airflow_gpu_sched.client import AsyncVertexClient, PermissionDeniedError, RetryPolicy, VertexClient
-from airflow_gpu_sched.job_type_models import HyperparameterTuningJob, QuotaInfo, quota_limit
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex import catalog
+from airflow_gpu_sched.vertex.client import AsyncVertexClient, PermissionDeniedError, RetryPolicy, VertexClient
+from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob, QuotaInfo, quota_limit
+from airflow_gpu_sched.vertex.models import (
     CUSTOM_TASK_DEFINITION,
     JobState,
     PipelineState,
     TrialState,
     as_job_state,
 )
-from airflow_gpu_sched.rules import SpecError
+from airflow_gpu_sched.vertex.rules import SpecError
 from tests.conformance import conformance_errors
 from tests.conftest import LOCATION, PROJECT
 
@@ -607,7 +607,7 @@ def test_quota_metric_names_per_strategy():
 
 
 def test_operator_argument_rules_name_the_arguments():
-    from airflow_gpu_sched.rules import check_pipeline_options, check_tuning_options
+    from airflow_gpu_sched.vertex.rules import check_pipeline_options, check_tuning_options
 
     study = {"metrics": [{"metricId": "acc", "goal": "UP"}], "parameters": [{"parameterId": "n"}]}
     paths = [v.path for v in check_tuning_options(study, 2, 3, None)]

@@ -17,7 +17,7 @@ from google.cloud import aiplatform_v1 as v1
 from google.cloud import cloudquotas_v1
 from google.protobuf import json_format, struct_pb2
 
-from airflow_gpu_sched.models import CUSTOM_TASK_DEFINITION
+from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION
 from tests.conftest import LOCATION, PROJECT
 
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"

@@ -143,8 +143,8 @@ def _google_twins():
     from google.longrunning import operations_pb2
     from google.rpc import status_pb2
 
-    import airflow_gpu_sched.job_type_models as jtm
-    import airflow_gpu_sched.models as m
+    import airflow_gpu_sched.vertex.job_type_models as jtm
+    import airflow_gpu_sched.vertex.models as m
 
     nested = {"Status": status_pb2.Status, "Operation": operations_pb2.Operation,
               "AutoscalingSpec": aip.ResourcePool.AutoscalingSpec, "MetricSpec": aip.StudySpec.MetricSpec,
@@ -183,7 +183,7 @@ def test_every_field_our_models_can_send_is_a_field_of_googles_message():
 
 
 def test_our_enums_have_googles_names_and_numbers():
-    from airflow_gpu_sched.models import _ENUM_NUMBERS
+    from airflow_gpu_sched.vertex.models import _ENUM_NUMBERS
 
     _, enums = _google_twins()
     for ours, google in enums.items():

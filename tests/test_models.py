@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex.models import (
     AcceleratorType,
     CustomJob,
     JobState,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from airflow_gpu_sched.accounting import RESULT_KEYS
-from airflow_gpu_sched.ledger import LEDGER_KEY
+from airflow_gpu_sched.orchestration.accounting import RESULT_KEYS
+from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
 from tests.airflow_harness import run_dag
 from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 from tests.google_types import format_violations, traffic_violations
@@ -218,8 +218,8 @@ def test_example_dag_runs_green_against_the_emulator(examples, dag_id, task_id, 
 def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):
     from airflow.sdk import DAG
 
-    from airflow_gpu_sched.client import VertexClient
     from airflow_gpu_sched.operators import PersistentResourceTrainingOperator
+    from airflow_gpu_sched.vertex.client import VertexClient
 
     airflow.reset(with_a100_pool())
     with DAG("busy_pool", schedule=None, start_date=START) as dag:

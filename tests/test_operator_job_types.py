@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 import requests
 
-from airflow_gpu_sched.accounting import RESULT_KEYS
+from airflow_gpu_sched.orchestration.accounting import RESULT_KEYS
 from tests.airflow_harness import run_dag
 from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
@@ -262,7 +262,7 @@ def test_a_pipeline_failed_for_quota_moves_the_plan_on_and_shows_as_quota_exceed
 
 
 def test_a_pipeline_failed_for_quota_on_the_last_step_fails_as_quota_too_low(airflow):
-    from airflow_gpu_sched.errors import QuotaTooLow
+    from airflow_gpu_sched.orchestration.errors import QuotaTooLow
 
     _set_quota(airflow, PREEMPTIBLE_A100, 0)
     op = _operator("SPOT", "training_pipeline", quota_preflight=False, deferrable=False)
@@ -271,7 +271,7 @@ def test_a_pipeline_failed_for_quota_on_the_last_step_fails_as_quota_too_low(air
 
 
 def test_a_tuning_job_whose_trials_wait_for_quota_is_cancelled_past_its_bound(airflow):
-    from airflow_gpu_sched.errors import CapacityWaitExpired
+    from airflow_gpu_sched.orchestration.errors import CapacityWaitExpired
 
     airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)  # no trial can start
     op = _operator("SPOT", "hyperparameter_tuning_job", capacity_wait_timeout=0.5, deferrable=False)
@@ -293,8 +293,8 @@ def test_a_tuning_job_whose_trials_wait_for_quota_is_cancelled_past_its_bound(ai
     ("unknown_job", {}, "job_type"),
 ], ids=["study-spec-on-a-custom-job", "model-on-a-custom-job", "trials-on-a-pipeline", "unknown-job-type"])
 def test_job_type_arguments_on_the_wrong_type_are_rejected_at_parse_time(job_type, kwargs, field):
-    from airflow_gpu_sched.errors import InvalidTrainingSpec
     from airflow_gpu_sched.operators import SpotTrainingOperator
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 
     with pytest.raises(InvalidTrainingSpec) as info:
         SpotTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/t:1",
@@ -309,9 +309,9 @@ def test_job_type_arguments_on_the_wrong_type_are_rejected_at_parse_time(job_typ
 async def test_a_killed_task_cancels_its_job_whatever_the_job_type(fast_emulator, job_type):
     """The trigger's on_kill (a user marked the deferred task failed, or cleared it) cancels a
     tuning job or a pipeline as it does a custom job: the resource name says which API to call."""
-    from airflow_gpu_sched.client import VertexClient
-    from airflow_gpu_sched.job_types import JobOptions, get_job_type, job_type_of
+    from airflow_gpu_sched.orchestration.job_types import JobOptions, get_job_type, job_type_of
     from airflow_gpu_sched.triggers import CustomJobTrigger
+    from airflow_gpu_sched.vertex.client import VertexClient
 
     op = _operator("SPOT", job_type)
     kind = get_job_type(job_type)

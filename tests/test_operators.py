@@ -12,8 +12,13 @@ import time
 
 import pytest
 
-from airflow_gpu_sched.accounting import ATTEMPT_KEYS, RESULT_KEYS, summary_table
-from airflow_gpu_sched.errors import (
+from airflow_gpu_sched.operators import (
+    FlexStartTrainingOperator,
+    PersistentResourceTrainingOperator,
+    SpotTrainingOperator,
+)
+from airflow_gpu_sched.orchestration.accounting import ATTEMPT_KEYS, RESULT_KEYS, summary_table
+from airflow_gpu_sched.orchestration.errors import (
     CapacityWaitExpired,
     InvalidTrainingSpec,
     PersistentCapacityTimeout,
@@ -23,12 +28,7 @@ from airflow_gpu_sched.errors import (
     TrainingJobFailed,
     VertexUnreachable,
 )
-from airflow_gpu_sched.ledger import LEDGER_KEY
-from airflow_gpu_sched.operators import (
-    FlexStartTrainingOperator,
-    PersistentResourceTrainingOperator,
-    SpotTrainingOperator,
-)
+from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
 from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from airflow_gpu_sched import failure_patterns
-from airflow_gpu_sched.models import CustomJob, Status
-from airflow_gpu_sched.outcomes import JOB_EVENTS, Event, classify_failure, event_for_job, validate_event
+from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, Event, classify_failure, event_for_job, validate_event
+from airflow_gpu_sched.vertex.models import CustomJob, Status
 
 
 def _info(reason: str) -> list[dict]:

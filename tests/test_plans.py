@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 
-from airflow_gpu_sched.accounting import summary_table
-from airflow_gpu_sched.errors import (
+from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
+from airflow_gpu_sched.orchestration.accounting import summary_table
+from airflow_gpu_sched.orchestration.errors import (
     CapacityUnavailable,
     CapacityWaitExpired,
     DeadlineExceeded,
@@ -17,8 +18,13 @@ from airflow_gpu_sched.errors import (
     QuotaTooLow,
     TrainingJobFailed,
 )
-from airflow_gpu_sched.operators import GpuTrainingOperator, SpotTrainingOperator
-from airflow_gpu_sched.plans import FlexStartStep, PersistentResourceStep, SpotStep, StandardStep, running_bound
+from airflow_gpu_sched.orchestration.plans import (
+    FlexStartStep,
+    PersistentResourceStep,
+    SpotStep,
+    StandardStep,
+    running_bound,
+)
 from tests.airflow_harness import run_dag
 from tests.conftest import LOCATION, PROJECT, with_a100_pool
 from tests.test_operators import context
@@ -334,7 +340,7 @@ def test_an_unlimited_quota_is_no_reason_to_skip_a_step(fast_emulator):
 
 
 def test_a_retry_that_re_attaches_keeps_the_bound_of_the_try_that_submitted(fast_emulator):
-    from airflow_gpu_sched.ledger import LEDGER_KEY
+    from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
     from tests.test_operators import Store
 
     fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)

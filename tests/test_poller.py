@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from airflow_gpu_sched.client import VertexClient
 from airflow_gpu_sched.triggers import CustomJobTrigger
 from airflow_gpu_sched.triggers import poller as poller_module
+from airflow_gpu_sched.vertex.client import VertexClient
 from tests.conftest import LOCATION, PROJECT
 
 N = 40
@@ -83,7 +83,7 @@ async def test_an_outage_backs_off_the_poller_once_for_everyone(fast_emulator):
 async def _watched(emulator, names: list[str]):
     """A poller watching ``names`` with a long interval: its loop polls once (every watcher hears
     of its job), then the test drives ``poll_once`` itself, with the emulator's clock."""
-    from airflow_gpu_sched.client import AsyncVertexClient
+    from airflow_gpu_sched.vertex.client import AsyncVertexClient
 
     async def factory():
         return AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
@@ -106,7 +106,7 @@ def _leave(poller, watchers) -> None:
 
 def test_the_emulator_refuses_the_old_update_time_filter(emulator):
     """The guard that would have caught the old poll: Vertex lists have no update_time filter."""
-    from airflow_gpu_sched.client import InvalidArgumentError
+    from airflow_gpu_sched.vertex.client import InvalidArgumentError
 
     with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
         with pytest.raises(InvalidArgumentError) as info:

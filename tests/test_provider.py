@@ -20,6 +20,7 @@ def test_the_package_registers_as_an_airflow_provider(airflow_db):
 
 def test_importing_the_operators_does_not_import_the_clients():
     code = ("import sys, airflow_gpu_sched.operators; "
-            "print(sorted(m for m in ('requests', 'google.auth', 'airflow_gpu_sched.client') if m in sys.modules))")
+            "print(sorted(m for m in ('requests', 'google.auth', 'airflow_gpu_sched.vertex.client') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from airflow_gpu_sched.models import CustomJob, PersistentResource
-from airflow_gpu_sched.rules import (
+from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource
+from airflow_gpu_sched.vertex.rules import (
     SpecError,
     check_custom_job,
     check_persistent_fit,
@@ -196,7 +196,7 @@ def test_a3_ultra_pool_without_disk_spec_defaults_to_hyperdisk(declared, fits):
 
 
 def test_other_machines_still_default_to_pd_ssd():
-    from airflow_gpu_sched import catalog
+    from airflow_gpu_sched.vertex import catalog
 
     assert catalog.default_boot_disk_type("a3-ultragpu-8g") == "hyperdisk-balanced"
     assert [catalog.default_boot_disk_type(m) for m in ("a3-highgpu-8g", "a3-megagpu-8g", "a4-highgpu-8g")] == ["pd-ssd"] * 3

@@ -208,7 +208,7 @@ def test_wrong_json_types_are_refused_in_googles_words(emulator, change, expecte
 @pytest.mark.parametrize("seed", ["seed_000_flex_start.json", "seed_001_spot.json"])
 def test_googles_documented_bodies_and_what_our_models_make_of_them_parse(seed):
     from airflow_gpu_sched.emulator.strict_json import body_errors
-    from airflow_gpu_sched.models import CustomJob
+    from airflow_gpu_sched.vertex.models import CustomJob
     from tests.conftest import load_seed
 
     body = load_seed(seed)

@@ -10,8 +10,8 @@ import time
 import pytest
 import requests
 
-from airflow_gpu_sched.client import VertexClient
 from airflow_gpu_sched.triggers import CustomJobTrigger, PersistentCapacityTrigger
+from airflow_gpu_sched.vertex.client import VertexClient
 from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
@@ -143,8 +143,8 @@ async def test_the_bound_counts_only_until_the_first_running(fast_emulator):
 def test_past_running_bound_decides_on_the_first_running_only(state, started, running_by, now, expired):
     from datetime import datetime, timezone
 
-    from airflow_gpu_sched.models import CustomJob
-    from airflow_gpu_sched.watch import past_running_bound
+    from airflow_gpu_sched.orchestration.watch import past_running_bound
+    from airflow_gpu_sched.vertex.models import CustomJob
 
     job = CustomJob.model_validate({"name": "projects/p/locations/l/customJobs/1", "state": state,
                                     **({"startTime": "2026-01-01T00:00:00Z"} if started else {})})

@@ -3,6 +3,8 @@
 See ``docs/emulator.md`` for the life cycles, the error codes it chose, the scenario file and
 the control API. ``EmulatorServer`` runs it in-process; ``airflow-gpu-sched emulator`` from
 the command line.
+
+May import: emulator; never airflow.
 """
 
 from airflow_gpu_sched.emulator.scenario import Scenario

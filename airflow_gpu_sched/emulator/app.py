@@ -4,6 +4,8 @@ Routes -> :class:`Backend` methods. Google-style paths (``{name}:cancel``) are m
 regular expressions rather than FastAPI path templates, which cannot split ``:verb``.
 Every Vertex route counts in ``/emulator/v1/stats`` and is subject to injected faults;
 control routes (``/emulator/v1/...``) are neither. ``traffic.py`` records Vertex exchanges on request.
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.auth import TokenIssuer
-from airflow_gpu_sched.emulator.backend import ApiError, Backend
+from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal
@@ -341,7 +344,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         return Response(render(backend), media_type="text/html")
 
     async def timeline_svg(request: Request) -> Response:
-        from airflow_gpu_sched.timeline import to_svg
+        from airflow_gpu_sched.vertex.timeline import to_svg
 
         backend.advance()
         return Response(to_svg(backend.timeline_rows(), "Vertex AI emulator: jobs"), media_type="image/svg+xml")

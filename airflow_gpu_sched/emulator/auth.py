@@ -4,6 +4,8 @@ for an https endpoint: serve the emulator with TLS and point the key's ``token_u
 
 Counts go to the emulator's stats (``tokensIssued``, ``authorizedRequests``,
 ``unknownAuthorization``); a token's value is compared, never stored in stats or logged.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

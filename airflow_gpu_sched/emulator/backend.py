@@ -29,11 +29,12 @@ visible (above) or invisible (the job stays RUNNING through them, each restart c
 ``provisioning_seconds`` of no progress); errors with an ErrorInfo reason or message only;
 FLEX_START expiry as FAILED (above) or JOB_STATE_EXPIRED (no error, no endTime: the proto
 fills those for FAILED/CANCELLED only); FLEX_START waiting in QUEUED or PENDING.
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
 
-import base64
 import heapq
 import itertools
 import json
@@ -45,6 +46,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
@@ -53,7 +55,7 @@ from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.scenario import Scenario
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex.models import (
     RPC_STATUS,
     CustomJob,
     JobState,
@@ -66,7 +68,7 @@ from airflow_gpu_sched.models import (
     format_duration,
     format_timestamp,
 )
-from airflow_gpu_sched.rules import (
+from airflow_gpu_sched.vertex.rules import (
     Violation,
     check_custom_job,
     check_persistent_fit,
@@ -79,34 +81,6 @@ ERROR_DOMAIN = "aiplatform.googleapis.com"
 DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000
 RUN_SECONDS_ENV, EXIT_CODE_ENV = "EMULATOR_RUN_SECONDS", "EMULATOR_EXIT_CODE"
 ANY_EPOCH = -1  # an event that fires whatever transitions happened since it was scheduled
-
-
-class ApiError(Exception):
-    """An error the emulator answers with, in Google's error body shape."""
-
-    def __init__(self, status: str, message: str, details: list[dict] | None = None,
-                 retry_after: float | None = None):
-        super().__init__(message)
-        self.status, self.message, self.details = status, message, details or []
-        self.retry_after = retry_after
-
-    @property
-    def http_status(self) -> int:
-        return RPC_STATUS[self.status][1]
-
-    def body(self) -> dict:
-        error: dict[str, Any] = {"code": self.http_status, "message": self.message, "status": self.status}
-        if self.details:
-            error["details"] = self.details
-        return {"error": error}
-
-
-def violations_error(violations: list[Violation], status: str = "INVALID_ARGUMENT") -> ApiError:
-    # Google's wording: "List of found errors:\t1.Field: ...; Message: ...\t"
-    listed = "".join(f"{i}.Field: {v.path}; Message: {v.rule}\t" for i, v in enumerate(violations, 1))
-    details = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": v.path, "description": v.rule} for v in violations]}]
-    return ApiError(status, f"List of found errors:\t{listed}", details)
 
 
 def _error_status(code_name: str, message: str, reason: str | None = None) -> Status:
@@ -605,7 +579,7 @@ class Backend(JobTypesMixin):
         if page_size is not None and page_size < 0:
             raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        before = _decode_token(page_token, filter_text) if page_token else None
+        before = decode_page_token(page_token, filter_text) if page_token else None
         page, more = [], False
         # Newest first; the token is the last seq returned, so inserts never shift pages.
         for record in reversed(list(records)):
@@ -622,7 +596,7 @@ class Backend(JobTypesMixin):
         body: dict[str, Any] = {key: [project_mask((wire or (lambda r: r.wire()))(r), mask) for r in page]} \
             if page else {}
         if more:
-            body["nextPageToken"] = _encode_token(page[-1].seq, filter_text)
+            body["nextPageToken"] = encode_page_token(page[-1].seq, filter_text)
         return body
 
     def cancel_custom_job(self, name: str) -> dict:
@@ -724,12 +698,12 @@ class Backend(JobTypesMixin):
     def list_persistent_resources(self, project: str, location: str, page_size: int | None = None,
                                   page_token: str = "") -> dict:
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        start = _decode_token(page_token, "") if page_token else 0
+        start = decode_page_token(page_token, "") if page_token else 0
         names = sorted(n for n, r in self.resources.items() if r.project == project and r.location == location)
         page = names[start:start + size]
         body: dict[str, Any] = {"persistentResources": [self.resources[n].resource.to_api() for n in page]} if page else {}
         if start + size < len(names):
-            body["nextPageToken"] = _encode_token(start + size, "")
+            body["nextPageToken"] = encode_page_token(start + size, "")
         return body
 
     def delete_persistent_resource(self, name: str) -> dict:
@@ -804,7 +778,7 @@ class Backend(JobTypesMixin):
 
     def timeline_rows(self) -> list:
         """Every job, newest first, as timeline rows (for the dashboard and the SVG)."""
-        from airflow_gpu_sched.timeline import Row, segments_from_history
+        from airflow_gpu_sched.vertex.timeline import Row, segments_from_history
 
         now = self.clock.now()
         rows = []
@@ -817,20 +791,3 @@ class Backend(JobTypesMixin):
 
     def _describe_demand(self, record: JobRecord) -> str:
         return ", ".join(f"{n} x {a}" for a, n in record.demand.items()) + f" in {record.location}"
-
-
-def _encode_token(position: int, filter_text: str) -> str:
-    raw = json.dumps({"p": position, "f": filter_text}).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode_token(token: str, filter_text: str) -> int:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        position = int(data["p"])
-    except (ValueError, KeyError, TypeError):
-        raise ApiError("INVALID_ARGUMENT", "pageToken is not a token this list returned.") from None
-    if data.get("f") != filter_text:
-        raise ApiError("INVALID_ARGUMENT", "pageToken was issued for a different filter.")
-    return position
-

@@ -3,12 +3,14 @@
 STANDARD, SPOT and FLEX_START draw on separate pools, as they do at Google (on-demand quota
 and capacity, Spot's spare capacity, DWS's calendar of whole nodes). A job holds its GPUs from
 PENDING until it ends; FLEX_START takes all of them at once or none (gang scheduling).
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
 
 from airflow_gpu_sched.emulator.scenario import TierCapacity
-from airflow_gpu_sched.models import Strategy
+from airflow_gpu_sched.vertex.models import Strategy
 
 TIERS = ("standard", "spot", "flex_start")
 

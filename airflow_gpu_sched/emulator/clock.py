@@ -3,6 +3,8 @@
 Every timestamp the emulator writes (createTime, startTime, ...) is emulated time, so a
 scenario of hours of queueing plays in seconds, and a test can jump the clock instead of
 sleeping.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

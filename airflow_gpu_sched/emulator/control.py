@@ -1,4 +1,7 @@
-"""A small client of the emulator's control API (not part of Vertex), for tests and demos."""
+"""A small client of the emulator's control API (not part of Vertex), for tests and demos.
+
+May import: nothing of this package; never airflow.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ sends the process SIGTERM (as a Spot VM's shutdown notice) and, after a grace pe
 a restart runs it again, so a script that checkpoints resumes where it stopped. The process's
 exit decides the job: 0 -> SUCCEEDED, anything else -> FAILED with that exit status. Output goes
 to ``<root>/logs/<job id>-<run>.log``.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ dropped); ``tests/test_emulator_methods.py`` regenerates it from the document an
 The emulator's choices (*assumed*: Google does not say): an unknown path is a 400
 INVALID_ARGUMENT naming it; a listed resource carries exactly the masked paths it has (no
 ``name`` unless asked for); an empty mask reads everything.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ Usage::
 A record is a mapping with the collection's fields: ``display_name`` (str),
 ``state`` (str), ``create_time`` (tz-aware datetime), ``labels`` (dict[str, str]), ...
 Syntax errors and unsupported fields raise :class:`FilterError`.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

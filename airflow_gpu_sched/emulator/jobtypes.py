@@ -34,6 +34,8 @@ Training pipeline (``trainingPipelines``, custom task only): one custom job from
     exceed quota limits: ..."). When its custom job alone would exceed a limit, no job is made
     and after ``queueSeconds``* the pipeline is FAILED, error code 8 and Google's quota message;
     a job that fits waits QUEUED for quota (the pipeline PENDING) like any custom job.
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-import airflow_gpu_sched.emulator.backend as _backend
 from airflow_gpu_sched.emulator import studies
+from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator.capacity import tier_of
-from airflow_gpu_sched.job_type_models import (
+from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
     Measurement,
     MeasurementMetric,
@@ -57,8 +59,8 @@ from airflow_gpu_sched.job_type_models import (
     Trial,
     TrialParameter,
 )
-from airflow_gpu_sched.models import CustomJob, JobState, PipelineState, Status, TrialState
-from airflow_gpu_sched.rules import Violation, check_training_pipeline, check_tuning_job, parse_violations
+from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status, TrialState
+from airflow_gpu_sched.vertex.rules import Violation, check_training_pipeline, check_tuning_job, parse_violations
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.emulator.backend import JobRecord
@@ -154,7 +156,7 @@ class JobTypesMixin:
         try:
             return cls.model_validate(body)
         except ValidationError as exc:
-            raise _backend.violations_error(parse_violations(exc)) from None
+            raise violations_error(parse_violations(exc)) from None
 
     def _child_changed(self, record: JobRecord, when: datetime) -> None:
         tuning = self.tuning_jobs.get(record.owner or "")
@@ -171,7 +173,7 @@ class JobTypesMixin:
         job = self._parse(HyperparameterTuningJob, body)
         found = check_tuning_job(job)
         if found:
-            raise _backend.violations_error(found)
+            raise violations_error(found)
         now = self.clock.now()
         spec = job.trial_job_spec
         if spec.persistent_resource_id:
@@ -193,7 +195,7 @@ class JobTypesMixin:
     def _tuning(self, name: str) -> TuningRecord:
         record = self.tuning_jobs.get(name)
         if record is None:
-            raise _backend.ApiError("NOT_FOUND", f'The HyperparameterTuningJob "{name}" does not exist.')
+            raise ApiError("NOT_FOUND", f'The HyperparameterTuningJob "{name}" does not exist.')
         return record
 
     def get_hyperparameter_tuning_job(self, name: str) -> dict:
@@ -209,7 +211,7 @@ class JobTypesMixin:
         record = self._tuning(name)
         state = record.job.state
         if state.is_terminal():  # type: ignore[union-attr]
-            raise _backend.ApiError("FAILED_PRECONDITION", f"Cannot cancel HyperparameterTuningJob {name}: "
+            raise ApiError("FAILED_PRECONDITION", f"Cannot cancel HyperparameterTuningJob {name}: "
                                                            f"it is already in state {state.value}.")  # type: ignore[union-attr]
         if state is not S.JOB_STATE_CANCELLING:
             now = self.clock.now()
@@ -221,7 +223,7 @@ class JobTypesMixin:
     def delete_hyperparameter_tuning_job(self, name: str) -> dict:
         record = self._tuning(name)
         if not record.job.state.is_terminal():  # type: ignore[union-attr]
-            raise _backend.ApiError("FAILED_PRECONDITION",
+            raise ApiError("FAILED_PRECONDITION",
                                     f"HyperparameterTuningJob {name} is in state {record.job.state.value}; "  # type: ignore[union-attr]
                                     "cancel it and wait for it to end before deleting it.")
         del self.tuning_jobs[name]
@@ -331,14 +333,14 @@ class JobTypesMixin:
         pipeline = self._parse(TrainingPipeline, body)
         found = check_training_pipeline(pipeline)
         if found:
-            raise _backend.violations_error(found)
+            raise violations_error(found)
         models = f"projects/{project}/locations/{location}/models"
         if pipeline.parent_model is not None and pipeline.parent_model not in self.models:
-            raise _backend.violations_error([Violation(
+            raise violations_error([Violation(
                 "parentModel", f"model {pipeline.parent_model} does not exist (it must be in {models})")],
                 status="FAILED_PRECONDITION")
         if pipeline.parent_model is None and pipeline.model_id and f"{models}/{pipeline.model_id}" in self.models:
-            raise _backend.ApiError("ALREADY_EXISTS", f"Model {models}/{pipeline.model_id} already exists; "
+            raise ApiError("ALREADY_EXISTS", f"Model {models}/{pipeline.model_id} already exists; "
                                                       "set parentModel to upload a new version of it.")
         now = self.clock.now()
         name = f"projects/{project}/locations/{location}/trainingPipelines/{next(self._ids)}"
@@ -367,7 +369,7 @@ class JobTypesMixin:
     def _pipeline(self, name: str) -> PipelineRecord:
         record = self.pipelines.get(name)
         if record is None:
-            raise _backend.ApiError("NOT_FOUND", f'The TrainingPipeline "{name}" does not exist.')
+            raise ApiError("NOT_FOUND", f'The TrainingPipeline "{name}" does not exist.')
         return record
 
     def get_training_pipeline(self, name: str) -> dict:
@@ -382,7 +384,7 @@ class JobTypesMixin:
         record = self._pipeline(name)
         state = record.pipeline.state
         if state.is_terminal():  # type: ignore[union-attr]
-            raise _backend.ApiError("FAILED_PRECONDITION", f"Cannot cancel TrainingPipeline {name}: "
+            raise ApiError("FAILED_PRECONDITION", f"Cannot cancel TrainingPipeline {name}: "
                                                            f"it is already in state {state.value}.")  # type: ignore[union-attr]
         if state is not P.PIPELINE_STATE_CANCELLING:
             now = self.clock.now()
@@ -398,13 +400,13 @@ class JobTypesMixin:
         record = self.pipelines.get(name)
         if record is None or record.refusal is None or record.pipeline.state.is_terminal():  # type: ignore[union-attr]
             return
-        code = _backend.RPC_STATUS["RESOURCE_EXHAUSTED"][0]  # 8, as in vertex-ai-samples#700
+        code = RPC_STATUS["RESOURCE_EXHAUSTED"][0]  # 8, as in vertex-ai-samples#700
         self._pipeline_state(record, P.PIPELINE_STATE_FAILED, when, Status(code=code, message=record.refusal))
 
     def delete_training_pipeline(self, name: str) -> dict:
         record = self._pipeline(name)
         if not record.pipeline.state.is_terminal():  # type: ignore[union-attr]
-            raise _backend.ApiError("FAILED_PRECONDITION",
+            raise ApiError("FAILED_PRECONDITION",
                                     f"TrainingPipeline {name} is in state {record.pipeline.state.value}; "  # type: ignore[union-attr]
                                     "cancel it and wait for it to end before deleting it.")
         del self.pipelines[name]
@@ -485,7 +487,7 @@ class JobTypesMixin:
             for model in entry.versions:
                 if model.version_id == version or version in (model.version_aliases or []):
                     return model.to_api()
-        raise _backend.ApiError("NOT_FOUND", f'The Model "{name}" does not exist.')
+        raise ApiError("NOT_FOUND", f'The Model "{name}" does not exist.')
 
     def list_models(self, project: str, location: str, filter_text: str = "", page_size: int | None = None,
                     page_token: str = "", read_mask: str = "") -> dict:
@@ -497,7 +499,7 @@ class JobTypesMixin:
     def list_quota_infos(self, project: str, service: str, page_size: int | None = None,
                          page_token: str = "") -> dict:
         if self.quotas.deny:
-            raise _backend.ApiError(
+            raise ApiError(
                 "PERMISSION_DENIED",
                 f"Permission 'cloudquotas.quotas.get' denied on resource 'projects/{project}/locations/global/"
                 f"services/{service}' (or it may not exist).",
@@ -505,21 +507,21 @@ class JobTypesMixin:
                   "domain": "cloudquotas.googleapis.com",
                   "metadata": {"permission": "cloudquotas.quotas.get"}}])
         if page_size is not None and page_size < 0:
-            raise _backend.ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
+            raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
         metrics = self.quotas.metrics() if service == "aiplatform.googleapis.com" else []
         size = min(page_size or 100, 1000)
-        start = _backend._decode_token(page_token, service) if page_token else 0
+        start = decode_page_token(page_token, service) if page_token else 0
         page = metrics[start:start + size]
         body: dict[str, Any] = {"quotaInfos": [self.quotas.quota_info(project, m) for m in page]} if page else {}
         if start + size < len(metrics):
-            body["nextPageToken"] = _backend._encode_token(start + size, service)
+            body["nextPageToken"] = encode_page_token(start + size, service)
         return body
 
     def get_quota_info(self, project: str, service: str, quota_id: str) -> dict:
         listed = self.list_quota_infos(project, service, 1000).get("quotaInfos", [])
         found = next((q for q in listed if q["quotaId"] == quota_id), None)
         if found is None:
-            raise _backend.ApiError("NOT_FOUND", f"QuotaInfo {quota_id} of {service} does not exist.")
+            raise ApiError("NOT_FOUND", f"QuotaInfo {quota_id} of {service} does not exist.")
         return found
 
     # ------------------------------------------------------------------ emulator-only views

@@ -16,13 +16,15 @@ The refusal's wording is Google's front end's for an unbound query parameter, as
 users (assumed verbatim; not checked against the live service by this project):
 ``Invalid JSON payload received. Unknown name "foo": Cannot bind query parameter. Field 'foo'
 could not be found in request message.``
+
+May import: emulator; never airflow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from airflow_gpu_sched.emulator.backend import ApiError
+from airflow_gpu_sched.emulator.api_errors import ApiError
 
 # aiplatform v1 discovery document, global "parameters" (revision 20261106)
 GLOBAL_PARAMETERS = frozenset({

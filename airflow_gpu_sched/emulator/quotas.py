@@ -19,14 +19,16 @@ control API (``POST /emulator/v1/quotas`` and the older ``POST /emulator/v1/quot
 write here. A limit set for region None is the default for every region without its own.
 A metric never set *reports* ``defaultGpuQuota`` (64) in every region but is not enforced, so
 load tests that queue many jobs are unaffected.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_gpu_sched import catalog
-from airflow_gpu_sched.models import AIPLATFORM_SERVICE, AcceleratorType
+from airflow_gpu_sched.vertex import catalog
+from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE, AcceleratorType
 
 REGIONS = ("us-central1", "us-east1", "us-east4", "us-east5", "us-west1", "us-west4", "europe-west4",
            "asia-southeast1")

@@ -2,6 +2,8 @@
 
 A scenario is a JSON or YAML file (``airflow-gpu-sched emulator --scenario FILE``) holding the
 same settings as the control API. Every duration is in emulated seconds.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ Sources, both Google's and both only needed to *regenerate* (dev time, never at 
 
 rewrites the table; ``tests/test_strict_json.py`` fails if it differs from what the installed
 discovery document and protos give.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Run the emulator: in-process on a free port (tests), or in the foreground (the CLI)."""
+"""Run the emulator: in-process on a free port (tests), or in the foreground (the CLI).
+
+May import: vertex, emulator; never airflow.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,10 @@ import time
 
 import uvicorn
 
-from airflow_gpu_sched.client.core import is_loopback_host
 from airflow_gpu_sched.emulator.app import create_app
 from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.scenario import Scenario
+from airflow_gpu_sched.vertex.client.core import is_loopback_host
 
 
 def _bind(host: str, port: int) -> socket.socket:

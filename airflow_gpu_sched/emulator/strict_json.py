@@ -30,6 +30,8 @@ also accepts a single value for a repeated field (one element).
 
 Several errors are joined with newlines in the message, each its own field violation.
 Map values are addressed ``field[i].value`` (i: the entry's position), as Google's paths are.
+
+May import: emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.emulator.backend import ApiError
+from airflow_gpu_sched.emulator.api_errors import ApiError
 
 _WKT = "type.googleapis.com/google.protobuf."
 _SCALAR_TYPE = {"string": "TYPE_STRING", "bytes": "TYPE_BYTES", "int64": "TYPE_INT64", "uint64": "TYPE_UINT64",

@@ -15,6 +15,8 @@ Metric: every parameter value is placed on [0, 1] (``position``): DOUBLE and INT
 ``(position - 0.7) ** 2`` over the parameters. A MAXIMIZE metric reports ``1 - d``, a MINIMIZE
 metric reports ``d``: the best trial is the one whose parameters sit closest to 70 % of their
 ranges, whatever the goal.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import math
 import random
 from typing import Any
 
-from airflow_gpu_sched.job_type_models import ParameterSpec, StudySpec
-from airflow_gpu_sched.models import GoalType, ScaleType, SearchAlgorithm
+from airflow_gpu_sched.vertex.job_type_models import ParameterSpec, StudySpec
+from airflow_gpu_sched.vertex.models import GoalType, ScaleType, SearchAlgorithm
 
 TARGET = 0.7
 GRID_DOUBLE_POINTS = 5

@@ -6,6 +6,8 @@ and starts it, ``POST /emulator/v1/traffic:stop`` stops it, ``GET /emulator/v1/t
 ``{rpc, method, path, query, requestBody, status, responseBody}`` with the bodies as the exact text
 sent and answered (``None`` when empty), so that a checker parses what was on the wire, not a
 re-encoding of it. Only ``/v1/...`` routes are recorded; control routes are not Vertex.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ capacity strategy first each (``fallback=[...]`` for the steps after it).
     from airflow_gpu_sched.operators import (
         GpuTrainingOperator, FlexStartTrainingOperator, SpotTrainingOperator,
         PersistentResourceTrainingOperator)
+
+May import: operators; airflow.
 """
 
 from airflow_gpu_sched.operators.base import GpuTrainingOperator, VertexCustomJobLink, VertexTrainingOperator

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from airflow_gpu_sched import job_spec, signals
-from airflow_gpu_sched.accounting import (
+from airflow_gpu_sched.orchestration import job_spec, signals
+from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
     console_url,
     no_job_record,
@@ -32,7 +32,7 @@ from airflow_gpu_sched.accounting import (
     summary_table,
     task_result,
 )
-from airflow_gpu_sched.errors import (
+from airflow_gpu_sched.orchestration.errors import (
     CapacityUnavailable,
     CapacityWaitExpired,
     DeadlineExceeded,
@@ -46,11 +46,11 @@ from airflow_gpu_sched.errors import (
     TrainingJobFailed,
     VertexUnreachable,
 )
-from airflow_gpu_sched.job_types import JobOptions, get_job_type, job_type_of
-from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
-from airflow_gpu_sched.models import CustomJob, format_duration, parse_duration
-from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
-from airflow_gpu_sched.plans import (
+from airflow_gpu_sched.orchestration.job_types import JobOptions, get_job_type, job_type_of
+from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
+from airflow_gpu_sched.vertex.models import CustomJob, format_duration, parse_duration
+from airflow_gpu_sched.orchestration.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
+from airflow_gpu_sched.orchestration.plans import (
     FlexStartStep,
     PersistentResourceStep,
     PlanError,
@@ -60,8 +60,8 @@ from airflow_gpu_sched.plans import (
     positions,
     running_bound,
 )
-from airflow_gpu_sched.rules import Violation, check_persistent_fit
-from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW
+from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit
+from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -334,7 +334,7 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ clients (lazy)
 
     def client(self, location: str | None = None):
-        from airflow_gpu_sched.client import RetryPolicy, VertexClient
+        from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
 
         # Transient errors (429, 5xx, network) are retried for the transient-error window.
         retry = RetryPolicy(initial=min(1.0, self.poll_interval), maximum=30.0, deadline=self.transient_error_window)
@@ -383,7 +383,7 @@ class VertexTrainingOperator(BaseOperator):
     def _quota_too_low(self, step: Step, location: str) -> str | None:
         """Why the region's GPU quota for the step's tier cannot hold the job, or None (it can,
         the preflight is off, or the quota could not be read: then a warning, and on we go)."""
-        from airflow_gpu_sched.quota import shortfalls
+        from airflow_gpu_sched.orchestration.quota import shortfalls
 
         if not self.quota_preflight:
             return None
@@ -400,7 +400,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def _submit_and_wait(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
                          max_wait: timedelta | None) -> Any:
-        from airflow_gpu_sched.client import QuotaExceededError
+        from airflow_gpu_sched.vertex.client import QuotaExceededError
 
         try:
             name = self.submit(context, ledger, step, location, max_wait)
@@ -423,7 +423,7 @@ class VertexTrainingOperator(BaseOperator):
     def _quota_error(self, how: str, message: str | None, location: str) -> QuotaTooLow:
         """The service's own quota verdict (a 429 at create, a pipeline FAILED code 8): the same
         remedy as the preflight's, so the same error type once the plan is spent."""
-        from airflow_gpu_sched.quota import increase_hint
+        from airflow_gpu_sched.orchestration.quota import increase_hint
 
         return QuotaTooLow(f"the GPU quota is too low for this job in {location}: {how} by Vertex AI; "
                            + increase_hint(message or "", location, self.project_id), None, message)
@@ -540,7 +540,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def submit(self, context: Context, ledger: SubmissionLedger, step: Step | None = None,
                location: str | None = None, max_wait: timedelta | None = None) -> str:
-        from airflow_gpu_sched.client import AmbiguousCreateError
+        from airflow_gpu_sched.vertex.client import AmbiguousCreateError
 
         if step is None or location is None:
             _, step, location = self.position(ledger)
@@ -690,7 +690,7 @@ class VertexTrainingOperator(BaseOperator):
     def on_kill(self) -> None:
         """Sync mode (the worker polls): cancel the job when the task is killed."""
         if self._job_name:
-            from airflow_gpu_sched.client import InvalidArgumentError
+            from airflow_gpu_sched.vertex.client import InvalidArgumentError
 
             self.log.info("task killed: cancelling %s", self._job_name)
             try:
@@ -703,7 +703,7 @@ class VertexTrainingOperator(BaseOperator):
 def vertex_reachable() -> Iterator[None]:
     """Calls that still fail after the client's retries (bounded by the transient-error
     window) fail the task as :class:`VertexUnreachable`, naming the last error."""
-    from airflow_gpu_sched.client import QuotaExceededError, ServerError, VertexTransportError
+    from airflow_gpu_sched.vertex.client import QuotaExceededError, ServerError, VertexTransportError
 
     try:
         yield

@@ -1,13 +1,16 @@
-"""FLEX_START (Dynamic Workload Scheduler): the job queues until all its GPUs are free at once."""
+"""FLEX_START (Dynamic Workload Scheduler): the job queues until all its GPUs are free at once.
+
+May import: vertex, orchestration, operators; airflow.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_sched.models import Scheduling
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
-from airflow_gpu_sched.plans import FlexStartStep, Step
+from airflow_gpu_sched.orchestration.plans import FlexStartStep, Step
+from airflow_gpu_sched.vertex.models import Scheduling
 
 
 class FlexStartTrainingOperator(VertexTrainingOperator):

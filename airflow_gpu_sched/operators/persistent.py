@@ -1,4 +1,7 @@
-"""Train on a persistent resource, after checking that a matching pool has free replicas."""
+"""Train on a persistent resource, after checking that a matching pool has free replicas.
+
+May import: orchestration, operators; airflow.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
-from airflow_gpu_sched.plans import Step
+from airflow_gpu_sched.orchestration.plans import Step
 
 
 class PersistentResourceTrainingOperator(VertexTrainingOperator):

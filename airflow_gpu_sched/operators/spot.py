@@ -1,4 +1,7 @@
-"""SPOT: cheap, preemptible VMs; the operator resubmits after the service gives up on a job."""
+"""SPOT: cheap, preemptible VMs; the operator resubmits after the service gives up on a job.
+
+May import: orchestration, operators; airflow.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
-from airflow_gpu_sched.plans import Step
+from airflow_gpu_sched.orchestration.plans import Step
 
 
 class SpotTrainingOperator(VertexTrainingOperator):

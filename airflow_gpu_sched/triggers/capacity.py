@@ -1,4 +1,7 @@
-"""Wait until a persistent resource has free replicas for a job's pools, before submitting it."""
+"""Wait until a persistent resource has free replicas for a job's pools, before submitting it.
+
+May import: vertex, orchestration, triggers; airflow.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu_sched.outcomes import Event, error_event
+from airflow_gpu_sched.orchestration.outcomes import Event, error_event
+from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch
 from airflow_gpu_sched.triggers.job import async_client
-from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW, JobWatch
 
 WAITING_STATES = {"PROVISIONING", "REBOOTING", "UPDATING", "STATE_UNSPECIFIED"}
 FAILED_STATES = {"ERROR", "STOPPING"}
@@ -42,9 +45,9 @@ class PersistentCapacityTrigger(BaseTrigger):
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_gpu_sched.client import VertexError
-        from airflow_gpu_sched.models import CustomJobSpec
-        from airflow_gpu_sched.rules import check_persistent_fit
+        from airflow_gpu_sched.vertex.client import VertexError
+        from airflow_gpu_sched.vertex.models import CustomJobSpec
+        from airflow_gpu_sched.vertex.rules import check_persistent_fit
 
         spec = CustomJobSpec.model_validate(self.job_spec)
         client = await async_client(self.resource_name, self.gcp_conn_id, self.poll_interval,

@@ -1,5 +1,8 @@
 """Wait for a Vertex AI training job (custom job, tuning job or training pipeline) to finish,
-in the triggerer's event loop."""
+in the triggerer's event loop.
+
+May import: vertex, orchestration, triggers; airflow.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu_sched.job_types import job_type_of
-from airflow_gpu_sched.outcomes import Event, error_event
-from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
+from airflow_gpu_sched.orchestration.job_types import job_type_of
+from airflow_gpu_sched.orchestration.outcomes import Event, error_event
+from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too; cancel is one small request
 CANCEL_SETTLE = 120.0  # after the bound's cancel, how long to follow the job to its end before reporting
@@ -26,7 +29,7 @@ def location_of(resource_name: str) -> str:
 
 async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float, window: float):
     """One async client per call site; its httpx pool is shared by every trigger in the loop."""
-    from airflow_gpu_sched.client import AsyncVertexClient, RetryPolicy
+    from airflow_gpu_sched.vertex.client import AsyncVertexClient, RetryPolicy
 
     # One poll retries briefly on its own; the longer transient-error window is the watch's.
     deadline = min(max(10.0, poll_interval), window)
@@ -86,7 +89,7 @@ class CustomJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def _first_event(self, news: AsyncIterator[Any]) -> dict[str, Any]:
-        from airflow_gpu_sched.client import NotFoundError
+        from airflow_gpu_sched.vertex.client import NotFoundError
 
         watch = JobWatch(self.job_name, self.transient_error_window, observed_restarts=self.observed_restarts)
         stream = _Stream(news)
@@ -139,7 +142,7 @@ class CustomJobTrigger(BaseTrigger):
     async def _cancel_for_bound(self, view: Any) -> dict[str, Any] | None:
         """Cancel a job past the bound; an error event when the cancel cannot be sent (the job
         would stay queued unwatched: the operator fails and a retry re-attaches and cancels)."""
-        from airflow_gpu_sched.client import VertexError
+        from airflow_gpu_sched.vertex.client import VertexError
 
         self._cancel_note = self._bound_message(view)
         self.log.warning(self._cancel_note)
@@ -161,7 +164,7 @@ class CustomJobTrigger(BaseTrigger):
 
     async def _get_now(self) -> Any:
         """One GET of the job (the shared poller tells only of changes), or the error of the call."""
-        from airflow_gpu_sched.client import VertexError
+        from airflow_gpu_sched.vertex.client import VertexError
 
         client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
         try:
@@ -171,7 +174,7 @@ class CustomJobTrigger(BaseTrigger):
 
     async def _news(self) -> AsyncIterator[Any]:
         """The job as polled (a resource of the job type), or the error of a failed poll, one after another."""
-        from airflow_gpu_sched.client import VertexError
+        from airflow_gpu_sched.vertex.client import VertexError
 
         if self.polling == BATCHED:
             from airflow_gpu_sched.triggers.poller import shared_poller
@@ -229,7 +232,7 @@ class _Stream:
 
 async def cancel_quietly(client: Any, job_name: str) -> bool:
     """Cancel; a job that already ended (400 FAILED_PRECONDITION) is not an error."""
-    from airflow_gpu_sched.client import InvalidArgumentError
+    from airflow_gpu_sched.vertex.client import InvalidArgumentError
 
     try:
         await job_type_of(job_name).cancel(client, job_name)

@@ -10,7 +10,7 @@ interval, using only the filter fields Google documents for these lists (``displ
    (``customJobs``, ...) with the filter ``labels.managed-by="airflow-gpu-sched" AND
    create_time>="<oldest watched - margin>" AND NOT (<terminal states>)`` (the create_time bound
    once every watched job's createTime is known) and a ``readMask`` of what a trigger reads while
-   it waits (:data:`~airflow_gpu_sched.job_types.WATCH_FIELDS`);
+   it waits (:data:`~airflow_gpu_sched.orchestration.job_types.WATCH_FIELDS`);
 2. a watched job missing from that list has ended (or carries no label): with at most
    :data:`FEW_MISSING` of them it GETs each; with more, ONE paged list of our ended jobs created
    between the oldest and the newest missing one (``create_time`` bounds, the terminal states,
@@ -22,6 +22,8 @@ operator reads. Then only the triggers whose job changed wake. A 429 or 5xx back
 poller (every watcher is told, and keeps its own transient-error window); the poller task ends
 when its last watcher leaves; a trigger that is cancelled or moved to another triggerer leaves
 in ``finally``. Nothing blocks the loop: all I/O is the async client's.
+
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_gpu_sched.job_types import CUSTOM_JOB, JobType
-from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE
-from airflow_gpu_sched.models import format_timestamp
+from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB, JobType
+from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE
+from airflow_gpu_sched.vertex.models import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ class SharedJobPoller:
     # ---------------------------------------------------------------- the loop
 
     async def _run(self) -> None:
-        from airflow_gpu_sched.client import VertexError
+        from airflow_gpu_sched.vertex.client import VertexError
 
         while self._watchers:
             try:
@@ -126,7 +128,7 @@ class SharedJobPoller:
             await asyncio.sleep(delay)
 
     async def poll_once(self) -> None:
-        from airflow_gpu_sched.client import NotFoundError
+        from airflow_gpu_sched.vertex.client import NotFoundError
 
         if self._client is None:
             self._client = await self._client_factory()

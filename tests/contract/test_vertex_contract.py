@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_sched.client import NotFoundError
-from airflow_gpu_sched.job_types import CUSTOM_JOB
-from airflow_gpu_sched.models import JobState, format_timestamp
-from airflow_gpu_sched.rules import SpecError
+from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB
+from airflow_gpu_sched.vertex.client import NotFoundError
+from airflow_gpu_sched.vertex.models import JobState, format_timestamp
+from airflow_gpu_sched.vertex.rules import SpecError
 from tests.contract.conftest import AGAINST_GOOGLE, Target
 from tests.google_types import exchange_violations, format_violations
 

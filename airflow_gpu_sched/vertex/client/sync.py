@@ -1,4 +1,7 @@
-"""The blocking client: requests + google-auth. For operators and hooks, never in a trigger."""
+"""The blocking client: requests + google-auth. For operators and hooks, never in a trigger.
+
+May import: vertex; never airflow.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import requests
 from urllib3.exceptions import NewConnectionError
 
-from airflow_gpu_sched.client.auth import ConnectionSettings, token_source_for
-from airflow_gpu_sched.client.core import (
+from airflow_gpu_sched.vertex.client.auth import ConnectionSettings, token_source_for
+from airflow_gpu_sched.vertex.client.core import (
     ApiCall,
     ClientMethods,
     GiveUp,
@@ -22,9 +25,9 @@ from airflow_gpu_sched.client.core import (
     error_from_status,
     parse_success_body,
 )
-from airflow_gpu_sched.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
-from airflow_gpu_sched.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
-from airflow_gpu_sched.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
+from airflow_gpu_sched.vertex.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
+from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
+from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

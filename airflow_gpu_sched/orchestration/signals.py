@@ -6,6 +6,8 @@ with strategy and accelerator: ``gpu_sched.capacity_wait_seconds``, ``gpu_sched.
 Callbacks (``on_capacity_acquired``, ``on_preempted``, ``on_fallback``) are callables or Airflow
 notifiers, each called once per event with the attempt record (or the fallback record). A
 failing callback is logged, never fails the task.
+
+May import: nothing of this package; airflow only inside functions.
 """
 
 from __future__ import annotations

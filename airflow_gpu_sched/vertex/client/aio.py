@@ -4,6 +4,8 @@ token refreshes run in a thread, waits use ``asyncio.sleep``.
 Every AsyncVertexClient in one event loop shares one ``httpx.AsyncClient`` (one connection
 pool): a triggerer runs hundreds of triggers in one loop, and a pool each would open
 hundreds of TLS connections to the same host.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import httpx
 
-from airflow_gpu_sched.client.auth import ConnectionSettings, token_source_for
-from airflow_gpu_sched.client.core import (
+from airflow_gpu_sched.vertex.client.auth import ConnectionSettings, token_source_for
+from airflow_gpu_sched.vertex.client.core import (
     ApiCall,
     ClientMethods,
     GiveUp,
@@ -29,9 +31,9 @@ from airflow_gpu_sched.client.core import (
     error_from_status,
     parse_success_body,
 )
-from airflow_gpu_sched.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
-from airflow_gpu_sched.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
-from airflow_gpu_sched.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
+from airflow_gpu_sched.vertex.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
+from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
+from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -61,7 +63,7 @@ async def aclose_shared_clients() -> None:
 class AsyncVertexClient(ClientMethods):
     """Vertex AI custom jobs and persistent resources, async: ``await client.get_custom_job(name)``.
 
-    Same constructor as :class:`~airflow_gpu_sched.client.sync.VertexClient`, with
+    Same constructor as :class:`~airflow_gpu_sched.vertex.client.sync.VertexClient`, with
     ``http_client`` (e.g. an ``httpx.AsyncClient`` over an ASGI app in tests) in place of
     ``session``; without one, the loop's shared client is used.
     """

@@ -1,15 +1,17 @@
 """Which accelerators each machine type carries, and which ones each strategy accepts.
 
-Data only; the rules that use it are in :mod:`airflow_gpu_sched.rules`. Source: the table
+Data only; the rules that use it are in :mod:`airflow_gpu_sched.vertex.rules`. Source: the table
 in ``shared/vertex-api.md`` (A2, A3, A4, G2) plus N1 (the attachable older GPUs) and TPUs (sources by each table).
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_gpu_sched.models import AcceleratorType as A
-from airflow_gpu_sched.models import Strategy
+from airflow_gpu_sched.vertex.models import AcceleratorType as A
+from airflow_gpu_sched.vertex.models import Strategy
 
 
 @dataclass(frozen=True)

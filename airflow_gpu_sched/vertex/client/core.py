@@ -1,6 +1,8 @@
 """Everything the two clients share that does no I/O: URLs, request bodies, error mapping,
 and the one retry classifier. The sync face (:mod:`.sync`) and the async face (:mod:`.aio`)
 only send what this module builds and ask it what to do when a send fails.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Mapping, Protocol, TypeVar
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from airflow_gpu_sched.client.errors import (
+from airflow_gpu_sched.vertex.client.errors import (
     AlreadyExistsError,
     AmbiguousCreateError,
     ApiRequestInfo,
@@ -32,7 +34,7 @@ from airflow_gpu_sched.client.errors import (
     VertexError,
     VertexTransportError,
 )
-from airflow_gpu_sched.job_type_models import (
+from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
     ListHyperparameterTuningJobsResponse,
     ListModelsResponse,
@@ -41,7 +43,7 @@ from airflow_gpu_sched.job_type_models import (
     Model,
     TrainingPipeline,
 )
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex.models import (
     AIPLATFORM_SERVICE,
     CustomJob,
     ListCustomJobsResponse,
@@ -51,7 +53,7 @@ from airflow_gpu_sched.models import (
     Status,
     parse_duration,
 )
-from airflow_gpu_sched.rules import (
+from airflow_gpu_sched.vertex.rules import (
     SpecError,
     check_persistent_resource,
     validate_custom_job,
@@ -59,7 +61,7 @@ from airflow_gpu_sched.rules import (
     validate_tuning_job,
 )
 
-log = logging.getLogger("airflow_gpu_sched.client")
+log = logging.getLogger("airflow_gpu_sched.client")  # the name users' logging configs know
 
 T = TypeVar("T")
 

@@ -6,7 +6,9 @@ what it receives with :func:`validate_event`. :func:`classify_failure` is the on
 that tells a preemption/stockout or an expired capacity wait from a failure of the user's
 code; it reads the user's patterns, the ``google.rpc.ErrorInfo`` reason when the service gives
 one, else the message, matched against the phrasings Vertex AI uses (the data:
-:mod:`airflow_gpu_sched.failure_patterns`; tests hold real-shaped examples).
+:mod:`airflow_gpu_sched.orchestration.failure_patterns`; tests hold real-shaped examples).
+
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from airflow_gpu_sched import failure_patterns
-from airflow_gpu_sched.models import CustomJob, JobState, Status
+from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.vertex.models import CustomJob, JobState, Status
 
 
 class Event(str, enum.Enum):
@@ -39,7 +41,7 @@ _KIND_EVENT = {"failed": Event.FAILED, "capacity_timeout": Event.CAPACITY_TIMEOU
 
 def classify_failure(error: Status | None) -> Event:
     """FAILED job -> PREEMPTED, CAPACITY_TIMEOUT, QUOTA_EXCEEDED or FAILED (user code and the rest).
-    The reasons and patterns are data in :mod:`airflow_gpu_sched.failure_patterns`, which users
+    The reasons and patterns are data in :mod:`airflow_gpu_sched.orchestration.failure_patterns`, which users
     extend with the ``[gpu_sched] failure_patterns`` option."""
     if error is None:
         return Event.FAILED

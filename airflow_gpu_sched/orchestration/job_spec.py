@@ -4,6 +4,8 @@ Operators take either ``worker_pool_specs`` (REST JSON dicts as in the Vertex do
 models, or a JSON string once templated) or the one-pool shorthand (``image_uri``,
 ``machine_type``, ...). Both end here, so there is one way a job is built and one place that
 turns rule violations into :class:`InvalidTrainingSpec`.
+
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_gpu_sched.models import CustomJob, WorkerPoolSpec
-from airflow_gpu_sched.rules import Violation, check_custom_job, parse_violations
+from airflow_gpu_sched.vertex.models import CustomJob, WorkerPoolSpec
+from airflow_gpu_sched.vertex.rules import Violation, check_custom_job, parse_violations
 
 _JINJA = re.compile(r"{{|{%")
 
@@ -133,12 +135,12 @@ def has_template(value: Any) -> bool:
 
 
 def _invalid(path: str, rule: str):
-    from airflow_gpu_sched.errors import InvalidTrainingSpec
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 
     return InvalidTrainingSpec([Violation(path, rule)])
 
 
 def _invalid_all(found: list[Violation]):
-    from airflow_gpu_sched.errors import InvalidTrainingSpec
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 
     return InvalidTrainingSpec(found)

@@ -4,6 +4,8 @@ It turns each poll into at most one log line (a state change, with the time spen
 previous state), counts the service's SPOT restarts it can see (RUNNING -> QUEUED/PENDING),
 and keeps the transient-error window: API errors are tolerated until ``window`` seconds have
 passed since the last successful poll.
+
+May import: vertex; airflow.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow_gpu_sched.models import CustomJob, JobState
+from airflow_gpu_sched.vertex.models import CustomJob, JobState
 
 _BACK_TO_WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}
 

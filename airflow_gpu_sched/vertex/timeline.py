@@ -3,6 +3,8 @@
 One picture for three sources: the emulator's job histories (its dashboard and
 ``GET /emulator/v1/timeline``), and a training task's XCom result (``attempts`` with their
 create/start/end times), via ``airflow-gpu-sched timeline``.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

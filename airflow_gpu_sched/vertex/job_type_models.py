@@ -1,10 +1,12 @@
 """Models of the other training surfaces: hyperparameter tuning jobs (StudySpec, Trial), training
 pipelines, registered Models, and the Cloud Quotas API's QuotaInfo.
 
-Same conventions as :mod:`airflow_gpu_sched.models` (camelCase on the wire, int64 as strings,
+Same conventions as :mod:`airflow_gpu_sched.vertex.models` (camelCase on the wire, int64 as strings,
 unknown fields ignored). Kept apart from it because the operators import ``models`` when a DAG
 file is parsed, and these classes are needed only when a task runs (they added ~14 ms to every
 parse); their enums (PipelineState, TrialState, GoalType, ...) stay in ``models``.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex.models import (
     CustomJobSpec,
     Duration,
     EnvVar,
@@ -352,7 +354,7 @@ def quota_limit(quota_infos: list[QuotaInfo], metric: str, region: str) -> int |
     ``metric`` may be the full name (``aiplatform.googleapis.com/custom_model_training_...``)
     or the short one. A dimensionsInfo whose ``dimensions`` is empty is the default for every
     region without its own. None when no QuotaInfo has the metric; -1 (unlimited) is returned
-    as is: callers must not read it as a limit (:func:`airflow_gpu_sched.quota.shortfalls` does not).
+    as is: callers must not read it as a limit (:func:`airflow_gpu_sched.orchestration.quota.shortfalls` does not).
     """
     short = metric.rsplit("/", 1)[-1]
     for info in quota_infos:

@@ -11,6 +11,8 @@ every job type. A :class:`JobType` then says
   failure, recovery, idempotency, cancellation and accounting are the one code path of the
   operators, triggers and shared poller;
 - what the task returns besides the common keys (:meth:`JobType.outputs`).
+
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu_sched.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
-from airflow_gpu_sched.outcomes import event_for_job
-from airflow_gpu_sched.rules import Violation
+from airflow_gpu_sched.orchestration.outcomes import event_for_job
+from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
+from airflow_gpu_sched.vertex.rules import Violation
 
 
 @dataclass(frozen=True)
@@ -156,14 +158,14 @@ class HyperparameterTuningJobType(JobType):
     final_fields = ("displayName", "trialJobSpec.workerPoolSpecs", "studySpec")
 
     def violations(self, options: JobOptions) -> list[Violation]:
-        from airflow_gpu_sched.rules import check_tuning_options
+        from airflow_gpu_sched.vertex.rules import check_tuning_options
 
         return super().violations(options) + check_tuning_options(
             options.study_spec, options.max_trial_count, options.parallel_trial_count,
             options.max_failed_trial_count)
 
     def body(self, job: CustomJob, options: JobOptions) -> Any:
-        from airflow_gpu_sched.job_type_models import HyperparameterTuningJob
+        from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob
 
         study = options.study_spec.to_api() if isinstance(options.study_spec, VertexModel) else options.study_spec
         wire: dict[str, Any] = {
@@ -176,7 +178,7 @@ class HyperparameterTuningJobType(JobType):
         return HyperparameterTuningJob.model_validate(wire)
 
     def parse(self, wire: Any) -> Any:
-        from airflow_gpu_sched.job_type_models import HyperparameterTuningJob
+        from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob
 
         return HyperparameterTuningJob.model_validate(wire)
 
@@ -191,11 +193,9 @@ class HyperparameterTuningJobType(JobType):
 
     def gpu_hours(self, resource: Any) -> float | None:
         """Trials run side by side: the sum of each trial's run time x the GPUs of one trial."""
-        from airflow_gpu_sched.accounting import gpus_of
-
         seconds = sum((t.end_time - t.start_time).total_seconds() for t in (resource.trials or [])
                       if t.start_time and t.end_time)
-        return round(gpus_of(resource.trial_job_spec or CustomJobSpec()) * seconds / 3600.0, 4)
+        return round((resource.trial_job_spec or CustomJobSpec()).accelerators_held() * seconds / 3600.0, 4)
 
     def outputs(self, resource: Any) -> dict[str, Any]:
         trials = [_trial_record(t) for t in resource.trials or []]
@@ -220,13 +220,13 @@ class TrainingPipelineType(JobType):
     final_fields = ("displayName", "trainingTaskInputs", "modelToUpload", "modelId")
 
     def violations(self, options: JobOptions) -> list[Violation]:
-        from airflow_gpu_sched.rules import check_pipeline_options
+        from airflow_gpu_sched.vertex.rules import check_pipeline_options
 
         return super().violations(options) + check_pipeline_options(
             options.model_display_name, options.model_serving_image_uri, options.parent_model)
 
     def body(self, job: CustomJob, options: JobOptions) -> Any:
-        from airflow_gpu_sched.job_type_models import TrainingPipeline
+        from airflow_gpu_sched.vertex.job_type_models import TrainingPipeline
 
         model: dict[str, Any] = {"displayName": options.model_display_name,
                                  "containerSpec": {"imageUri": options.model_serving_image_uri}}
@@ -240,7 +240,7 @@ class TrainingPipelineType(JobType):
         return TrainingPipeline.model_validate(wire)
 
     def parse(self, wire: Any) -> Any:
-        from airflow_gpu_sched.job_type_models import TrainingPipeline
+        from airflow_gpu_sched.vertex.job_type_models import TrainingPipeline
 
         return TrainingPipeline.model_validate(wire)
 

@@ -14,6 +14,8 @@ What each figure is, given what the API can tell (no figure claims more):
   service's restarts it saw as RUNNING -> QUEUED/PENDING between two polls. A restart between
   polls, or one the service does not show at all, is not counted: with any SPOT attempt the
   figure is a lower bound (``preemptions_lower_bound``: true).
+
+May import: vertex, orchestration; airflow only inside functions.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.job_types import job_type_of
-from airflow_gpu_sched.models import CustomJob, CustomJobSpec, format_timestamp
+from airflow_gpu_sched.orchestration.job_types import job_type_of
+from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, format_timestamp
 
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "preemptions_lower_bound",
                "queued_seconds",
@@ -48,7 +50,7 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     queued_until = job.start_time or ended
     run = _seconds(job.start_time, job.end_time)
     if gpu_hours is None:
-        gpu_hours = round(gpus_of(job.job_spec) * run / 3600.0, 4)
+        gpu_hours = round(job.job_spec.accelerators_held() * run / 3600.0, 4)
     return {
         "job_name": job.name,
         "strategy": strategy,
@@ -80,12 +82,6 @@ def _accelerator(job: CustomJob) -> str | None:
         if pool.machine_spec and pool.machine_spec.accelerator_type:
             return pool.machine_spec.accelerator_type.value
     return None
-
-
-def gpus_of(spec: CustomJobSpec) -> int:
-    """Accelerators the spec holds at once: per replica x replicas, summed over its pools."""
-    return sum(((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0) * pool.replicas
-               for _, pool in spec.active_pools())
 
 
 def console_url(job_name: str) -> str:

@@ -3,6 +3,8 @@ bearer token is kept fresh without blocking an event loop.
 
 Tokens and private keys are never logged, put in a message, or shown by a ``repr``; under
 Airflow they are also registered with its secrets masker.
+
+May import: vertex; airflow only inside functions.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.client.core import check_token_transport, is_loopback_http
+from airflow_gpu_sched.vertex.client.core import check_token_transport, is_loopback_http
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

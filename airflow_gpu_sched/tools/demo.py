@@ -9,6 +9,8 @@ registers a model) examples, and prints a summary per training task.
 ``run_demo`` (``--strategies``): one job of each capacity strategy submitted with the client
 (FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
 one-replica persistent pool), each state change printed in emulated time.
+
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from airflow_gpu_sched.client import VertexClient
 from airflow_gpu_sched.emulator import EmulatorServer, Scenario
 from airflow_gpu_sched.emulator.control import EmulatorControl
-from airflow_gpu_sched.models import CustomJob
+from airflow_gpu_sched.vertex.client import VertexClient
+from airflow_gpu_sched.vertex.models import CustomJob
 
 PROJECT, LOCATION = "demo-project", "us-central1"
 POOL_ID = "a100-pool"
@@ -146,7 +148,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
     home = out / "airflow_home"
     shutil.rmtree(out, ignore_errors=True)
     home.mkdir(parents=True)
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]  # airflow_gpu_sched/tools/demo.py -> the repository
     dags, training = repo / "dags_examples", repo / "dags_examples" / "training"
     scenario = Scenario.model_validate({
         "seed": 1, "speed": speed, "provisioningSeconds": 120,
@@ -246,7 +248,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
               f"{steps[-1]} (logs in {out / 'vertex' / 'logs'})")
 
         from airflow_gpu_sched.emulator.dashboard import render
-        from airflow_gpu_sched.timeline import to_svg
+        from airflow_gpu_sched.vertex.timeline import to_svg
 
         (out / "timeline.svg").write_text(to_svg(emulator.backend.timeline_rows(), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))

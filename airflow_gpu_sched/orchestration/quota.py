@@ -8,6 +8,8 @@ limit from the Cloud Quotas API first (``quotaInfos`` of ``aiplatform.googleapis
 stop with the metric, region, limit, need and how to ask for more. When the quota cannot be
 read (no permission, API unreachable), :func:`shortfalls` returns None and the caller warns
 and goes on: the preflight must never be the reason a job that would run does not.
+
+May import: vertex; airflow.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_sched.catalog import gpu_quota_metric
-from airflow_gpu_sched.models import AcceleratorType
+from airflow_gpu_sched.vertex.catalog import gpu_quota_metric
+from airflow_gpu_sched.vertex.models import AcceleratorType
 
 PREEMPTIBLE_STRATEGIES = frozenset({"FLEX_START", "SPOT"})
 UNLIMITED = -1  # Cloud Quotas reports a quota with no limit as -1
@@ -61,8 +63,8 @@ def shortfalls(client: Any, project: str, region: str, strategy: str,
                demand: dict[AcceleratorType, int]) -> list[Shortfall] | None:
     """The quotas the demand (accelerators per type, held at once) exceeds; [] when it fits or
     the strategy draws on no quota; None when the quota could not be read."""
-    from airflow_gpu_sched.client import VertexError
-    from airflow_gpu_sched.job_type_models import quota_limit
+    from airflow_gpu_sched.vertex.client import VertexError
+    from airflow_gpu_sched.vertex.job_type_models import quota_limit
 
     wanted = {metric_for(acc, strategy): need for acc, need in demand.items()
               if strategy not in NO_QUOTA_STRATEGIES and not acc.is_tpu}

@@ -3,6 +3,8 @@
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
     airflow-gpu-sched demo [--speed X] [--strategies]
     airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json) [--out timeline.svg]
+
+May import: vertex, emulator, tools; never airflow.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _emulator(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from airflow_gpu_sched.demo import run_demo, run_nightly_demo
+    from airflow_gpu_sched.tools.demo import run_demo, run_nightly_demo
 
     if args.strategies:
         return run_demo(speed=args.speed)
@@ -46,7 +48,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     import json
 
-    from airflow_gpu_sched.timeline import rows_from_result, to_svg
+    from airflow_gpu_sched.vertex.timeline import rows_from_result, to_svg
 
     if args.emulator:
         import requests

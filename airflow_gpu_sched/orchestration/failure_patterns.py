@@ -1,7 +1,7 @@
 """What a failed job's error says, as data: the ErrorInfo reasons and message patterns that tell
 a preemption or stockout, an expired capacity wait, a quota shortfall and a user-code failure apart.
 
-:func:`airflow_gpu_sched.outcomes.classify_failure` reads these; nothing else does. Users add
+:func:`airflow_gpu_sched.orchestration.outcomes.classify_failure` reads these; nothing else does. Users add
 their own patterns without a release through the Airflow option ``[gpu_sched] failure_patterns``
 (env ``AIRFLOW__GPU_SCHED__FAILURE_PATTERNS``): a JSON object
 ``{"preempted": ["regex", ...], "capacity_timeout": [...], "quota_exceeded": [...], "failed": [...]}``.
@@ -9,6 +9,8 @@ Their patterns are checked first (against the message and each ErrorInfo reason)
 built-in reasons, then the built-in message patterns. The option is read on first use (not at
 import: the triggerer and the workers both classify, each reads its own config) and cached for
 the process.
+
+May import: nothing of this package; airflow only inside functions.
 """
 
 from __future__ import annotations

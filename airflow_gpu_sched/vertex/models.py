@@ -11,9 +11,11 @@ Wire format (see ``shared/vertex-api.md``):
 - unknown fields in responses are ignored, never an error.
 
 Parsing is deliberately lenient. The rules a job must follow (which accelerator a machine
-carries, what FLEX_START or SPOT accept, ...) live in :mod:`airflow_gpu_sched.rules`, so the
+carries, what FLEX_START or SPOT accept, ...) live in :mod:`airflow_gpu_sched.vertex.rules`, so the
 client, the operators and the emulator reject the same specs with the same words, while a
 response from the service always parses.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations
@@ -444,6 +446,11 @@ class CustomJobSpec(VertexModel):
     def active_pools(self) -> list[tuple[int, WorkerPoolSpec]]:
         """(index, pool) for every pool that asks for replicas."""
         return [(i, p) for i, p in enumerate(self.worker_pool_specs) if not p.is_empty()]
+
+    def accelerators_held(self) -> int:
+        """Accelerators the spec holds at once: per replica x replicas, summed over its pools."""
+        return sum(((pool.machine_spec.accelerator_count or 0) if pool.machine_spec else 0) * pool.replicas
+                   for _, pool in self.active_pools())
 
     def accelerator_demand(self) -> dict[AcceleratorType, int]:
         """Accelerators the job holds at once, per type (count x replicas over all pools)."""

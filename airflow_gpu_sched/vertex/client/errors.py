@@ -17,6 +17,8 @@ VertexError
 Every error carries an :class:`ApiRequestInfo` (rpc, method, url): never headers, never a
 token. ``str(error)`` reads
 ``429 RESOURCE_EXHAUSTED on customJobs.create POST https://...: The following quota ...``.
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 ``VertexClient`` blocks (operators, hooks); ``AsyncVertexClient`` is for triggers. Both
 share one core (:mod:`.core`: URLs, bodies, error mapping, the retry classifier) and raise
 the errors of :mod:`.errors`.
+
+May import: vertex; never airflow.
 """
 
-from airflow_gpu_sched.client.aio import AsyncVertexClient, aclose_shared_clients
-from airflow_gpu_sched.client.auth import ConnectionSettings, TokenSource
-from airflow_gpu_sched.client.core import (
+from airflow_gpu_sched.vertex.client.aio import AsyncVertexClient, aclose_shared_clients
+from airflow_gpu_sched.vertex.client.auth import ConnectionSettings, TokenSource
+from airflow_gpu_sched.vertex.client.core import (
     CLOUD_QUOTAS_ROOT,
     DEFAULT_API_ROOT,
     ApiCall,
@@ -22,7 +24,7 @@ from airflow_gpu_sched.client.core import (
     next_step,
     quotas_root,
 )
-from airflow_gpu_sched.client.errors import (
+from airflow_gpu_sched.vertex.client.errors import (
     AlreadyExistsError,
     AmbiguousCreateError,
     ApiRequestInfo,
@@ -36,7 +38,7 @@ from airflow_gpu_sched.client.errors import (
     VertexError,
     VertexTransportError,
 )
-from airflow_gpu_sched.client.sync import VertexClient
+from airflow_gpu_sched.vertex.client.sync import VertexClient
 
 __all__ = [
     "CLOUD_QUOTAS_ROOT",

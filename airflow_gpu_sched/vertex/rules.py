@@ -6,8 +6,10 @@ rejected everywhere with the same words. Each :class:`Violation` names the field
 the CustomJob root, camelCase as on the wire (``jobSpec.workerPoolSpecs[1].machineSpec.
 acceleratorType``), and says the rule in words a user can act on.
 
-Parsing (:mod:`airflow_gpu_sched.models`) stays lenient on purpose: a response from the
+Parsing (:mod:`airflow_gpu_sched.vertex.models`) stays lenient on purpose: a response from the
 service must always parse, even when it would fail these rules.
+
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from airflow_gpu_sched import catalog
-from airflow_gpu_sched.models import (
+from airflow_gpu_sched.vertex import catalog
+from airflow_gpu_sched.vertex.models import (
     CUSTOM_TASK_DEFINITION,
     CustomJob,
     CustomJobSpec,
@@ -35,7 +37,7 @@ from airflow_gpu_sched.models import (
 )
 
 if TYPE_CHECKING:  # imported where used: the operators import this module at DAG-parse time
-    from airflow_gpu_sched.job_type_models import (
+    from airflow_gpu_sched.vertex.job_type_models import (
         HyperparameterTuningJob,
         ParameterSpec,
         StudySpec,
@@ -575,7 +577,7 @@ def check_tuning_options(study_spec: StudySpec | dict | None, max_trial_count: i
                                           max_failed_trial_count)]
     if study_spec is None:
         return found + [Violation("study_spec", "is required: metrics (metricId, goal) and parameters to tune")]
-    from airflow_gpu_sched.job_type_models import StudySpec
+    from airflow_gpu_sched.vertex.job_type_models import StudySpec
 
     if isinstance(study_spec, StudySpec):
         study = study_spec

@@ -16,6 +16,8 @@ clears. The ledger holds one "training run" of the task:
 - When the task succeeds, ``completed`` is set: a later try of the same task instance (a
   user clearing a task that succeeded) starts a new training run instead of re-attaching.
 Without a ``task_state_store`` (older Airflow), an in-memory one is used: no crash recovery.
+
+May import: nothing of this package; airflow only inside functions.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-LEDGER_KEY = "airflow_gpu_sched.ledger"
+LEDGER_KEY = "airflow_gpu_sched.ledger"  # stored in users' task state stores: never changes with the module path
 SUBMISSION_LABEL = "gpu-sched-submission"
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "airflow-gpu-sched"

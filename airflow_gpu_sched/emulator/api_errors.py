@@ -1,0 +1,61 @@
+"""The errors the emulator answers with, in Google's error body shape, and its page tokens.
+
+Apart from the backend so that the backend's job-type mixin (``jobtypes.py``) and the HTTP layer
+raise them without importing the backend.
+
+May import: vertex; never airflow.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from airflow_gpu_sched.vertex.models import RPC_STATUS
+from airflow_gpu_sched.vertex.rules import Violation
+
+
+class ApiError(Exception):
+    """An error the emulator answers with, in Google's error body shape."""
+
+    def __init__(self, status: str, message: str, details: list[dict] | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.message, self.details = status, message, details or []
+        self.retry_after = retry_after
+
+    @property
+    def http_status(self) -> int:
+        return RPC_STATUS[self.status][1]
+
+    def body(self) -> dict:
+        error: dict[str, Any] = {"code": self.http_status, "message": self.message, "status": self.status}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+
+def violations_error(violations: list[Violation], status: str = "INVALID_ARGUMENT") -> ApiError:
+    # Google's wording: "List of found errors:\t1.Field: ...; Message: ...\t"
+    listed = "".join(f"{i}.Field: {v.path}; Message: {v.rule}\t" for i, v in enumerate(violations, 1))
+    details = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": v.path, "description": v.rule} for v in violations]}]
+    return ApiError(status, f"List of found errors:\t{listed}", details)
+
+
+def encode_page_token(position: int, filter_text: str) -> str:
+    raw = json.dumps({"p": position, "f": filter_text}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def decode_page_token(token: str, filter_text: str) -> int:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        position = int(data["p"])
+    except (ValueError, KeyError, TypeError):
+        raise ApiError("INVALID_ARGUMENT", "pageToken is not a token this list returned.") from None
+    if data.get("f") != filter_text:
+        raise ApiError("INVALID_ARGUMENT", "pageToken was issued for a different filter.")
+    return position
+

@@ -1,0 +1,91 @@
+"""Errors a training task fails with: typed, so a DAG (or a human) can tell why.
+
+```
+AirflowException
+├── GpuTrainingError                  the training job did not succeed
+│   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout)
+│   ├── TrainingJobCancelled              someone cancelled the job outside this task
+│   ├── CapacityWaitExpired               a capacity wait ran out: FLEX_START's maxWaitDuration, or a step's
+│   │                                     capacity_wait_timeout / the deadline before the job first ran
+│   ├── PreemptionBudgetExhausted         SPOT: preempted past the service's restarts, max_preemption_retries times
+│   ├── PersistentResourceUnavailable     the persistent resource is in ERROR or STOPPING
+│   ├── PersistentCapacityTimeout         the pool stayed busy past capacity_wait_timeout
+│   ├── CapacityUnavailable               another capacity outcome (e.g. a STANDARD stockout)
+│   ├── QuotaTooLow                       the region's GPU quota for the tier is below what the job needs: found by
+│   │                                     the preflight, or by Vertex AI (a 429 at create, a pipeline FAILED code 8)
+│   ├── DeadlineExceeded                  no step of the plan can finish before the plan's deadline
+│   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
+└── AirflowFailException (no Airflow retry: retrying cannot help)
+    └── InvalidTrainingSpec               the spec breaks a rule; raised before any GPU is requested
+```
+Every message carries the job name and the service's ``error.message`` where there is one.
+With a capacity plan, the capacity errors are raised only when the plan has no step left.
+
+May import: nothing of this package; airflow.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+
+class GpuTrainingError(AirflowException):
+    def __init__(self, message: str, job_name: str | None = None, job_error: str | None = None):
+        self.job_name, self.job_error = job_name, job_error
+        parts = [message]
+        if job_name:
+            parts.append(f"job: {job_name}")
+        if job_error:
+            parts.append(f"Vertex AI says: {job_error}")
+        super().__init__(" | ".join(parts))
+
+
+class TrainingJobFailed(GpuTrainingError):
+    pass
+
+
+class TrainingJobCancelled(GpuTrainingError):
+    pass
+
+
+class CapacityWaitExpired(GpuTrainingError):
+    pass
+
+
+class PreemptionBudgetExhausted(GpuTrainingError):
+    pass
+
+
+class PersistentResourceUnavailable(GpuTrainingError):
+    pass
+
+
+class PersistentCapacityTimeout(GpuTrainingError):
+    pass
+
+
+class VertexUnreachable(GpuTrainingError):
+    pass
+
+
+class CapacityUnavailable(GpuTrainingError):
+    pass
+
+
+class DeadlineExceeded(GpuTrainingError):
+    pass
+
+
+class QuotaTooLow(GpuTrainingError):
+    """The job needs more GPUs than the quota allows: from the preflight (before any create:
+    names the metric, region, limit and need) or from the service's own refusal (names the
+    metric); both say how to ask for more. Retrying cannot help until the quota is raised."""
+
+
+class InvalidTrainingSpec(AirflowFailException):
+    """The job spec breaks rules (``violations``: every one, each naming its field)."""
+
+    def __init__(self, violations: list, what: str = "training job"):
+        self.violations = list(violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(f"invalid {what} ({len(self.violations)} problem(s)):\n{lines}")

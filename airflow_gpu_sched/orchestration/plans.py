@@ -1,0 +1,222 @@
+"""Capacity plans: an ordered list of steps, each one strategy with its own knobs.
+
+A plan advances on capacity outcomes only (a persistent pool busy past its wait or not
+RUNNING, a FLEX_START wait that expired, a SPOT preemption budget spent, a create refused or a
+pipeline failed for quota, a STANDARD stockout, a job not RUNNING within the step's bound): a
+failure of the user's code never advances it. Each step may list ``locations``; by default the
+next region is tried before the next step.
+
+Every step takes ``capacity_wait_timeout``: how long its job may take, from its submission, to
+be RUNNING for the first time (QUEUED for quota or capacity, PENDING while provisioning) before
+the operator cancels it and moves on (None: no bound of its own; a persistent step: default 1
+hour, which also bounds the wait for free replicas before submitting). :func:`running_bound` decides which
+bound applies (with a ``deadline``, the smaller of it and deadline - expected_run_time).
+
+Steps are typed objects, or plain dicts whose keys are the operators' own argument names::
+
+    {"strategy": "PERSISTENT_RESOURCE", "persistent_resource_id": "pool-a", "capacity_wait_timeout": "10m"}
+    {"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": ["us-central1", "us-east4"]}
+    {"strategy": "SPOT", "max_preemption_retries": 2}
+    {"strategy": "STANDARD"}
+
+May import: vertex; airflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from airflow_gpu_sched.vertex.models import Scheduling, parse_duration
+from airflow_gpu_sched.vertex.rules import PERSISTENT_RESOURCE_ID, Violation
+
+STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD")
+
+
+@dataclass(frozen=True)
+class Step:
+    strategy: ClassVar[str] = "STANDARD"
+    locations: tuple[str, ...] = ()  # empty: the operator's location
+    capacity_wait_timeout: timedelta | None = None  # the job must be RUNNING within this (None: no bound)
+
+    def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
+        block: dict[str, Any] = {"strategy": self.strategy}
+        if timeout is not None:
+            block["timeout"] = timeout
+        return block
+
+    @property
+    def resource_id(self) -> str | None:
+        """The persistent resource this step runs on, if any."""
+        return None
+
+    def describe(self) -> str:
+        knobs = ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                          if f.name != "locations" and getattr(self, f.name) is not None)
+        return f"{self.strategy}({knobs})" if knobs else self.strategy
+
+
+@dataclass(frozen=True)
+class StandardStep(Step):
+    """On-demand VMs: advances when the create is refused for quota (429 RESOURCE_EXHAUSTED) or
+    the service gives up for want of capacity ("Resources are insufficient in region: ...")."""
+
+    strategy: ClassVar[str] = "STANDARD"
+
+
+@dataclass(frozen=True)
+class FlexStartStep(Step):
+    strategy: ClassVar[str] = "FLEX_START"
+    max_wait_duration: timedelta | None = Scheduling.DEFAULT_MAX_WAIT
+
+    def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
+        block = super().scheduling(timeout)
+        wait = max_wait if max_wait is not None else self.max_wait_duration
+        if wait is not None:
+            block["maxWaitDuration"] = wait
+        return block
+
+
+@dataclass(frozen=True)
+class SpotStep(Step):
+    strategy: ClassVar[str] = "SPOT"
+    max_preemption_retries: int = 3
+
+
+@dataclass(frozen=True)
+class PersistentResourceStep(Step):
+    strategy: ClassVar[str] = "PERSISTENT_RESOURCE"
+    persistent_resource_id: str = ""
+    capacity_wait_timeout: timedelta | None = timedelta(hours=1)
+
+    @property
+    def resource_id(self) -> str | None:
+        return self.persistent_resource_id.rsplit("/", 1)[-1]
+
+    def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
+        return {"timeout": timeout} if timeout is not None else {}  # its VMs exist: no capacity strategy
+
+    def describe(self) -> str:
+        return f"PERSISTENT_RESOURCE({self.resource_id}, capacity_wait_timeout={self.capacity_wait_timeout})"
+
+
+STEP_TYPES: dict[str, type[Step]] = {t.strategy: t for t in (PersistentResourceStep, FlexStartStep, SpotStep,
+                                                              StandardStep)}
+_DURATIONS = {"max_wait_duration", "capacity_wait_timeout"}
+
+
+class PlanError(ValueError):
+    def __init__(self, violations: list[Violation]):
+        self.violations = violations
+        super().__init__("; ".join(str(v) for v in violations))
+
+
+def parse_step(value: Step | dict[str, Any], path: str = "plan[0]") -> Step:
+    """A typed step from a step or a dict; errors name the key and the rule."""
+    if isinstance(value, Step):
+        return value
+    if not isinstance(value, dict):
+        raise PlanError([Violation(path, f"a step is a dict or a Step (got {type(value).__name__})")])
+    data = dict(value)
+    strategy = str(data.pop("strategy", "")).upper()
+    if strategy not in STEP_TYPES:
+        raise PlanError([Violation(f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)} "
+                                                       f"(got {value.get('strategy')!r})")])
+    cls = STEP_TYPES[strategy]
+    names = {f.name: f.name for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    problems = []
+    for key, raw in data.items():
+        if key not in names:
+            problems.append(Violation(f"{path}.{key}", f"is not an argument of a {strategy} step "
+                                                       f"(it takes: {', '.join(sorted(names))})"))
+            continue
+        try:
+            kwargs[names[key]] = _convert(key, raw)
+        except ValueError as exc:
+            problems.append(Violation(f"{path}.{key}", str(exc)))
+    if problems:
+        raise PlanError(problems)
+    step = cls(**kwargs)
+    problems = check_step(step, path)
+    if problems:
+        raise PlanError(problems)
+    return step
+
+
+def _convert(key: str, raw: Any) -> Any:
+    if key in _DURATIONS:
+        return None if raw is None else parse_duration(raw)
+    if key == "locations":
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(x, str) and x for x in raw):
+            raise ValueError("must be a list of region names")
+        return tuple(raw)
+    if key == "max_preemption_retries":
+        if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+            raise ValueError(f"must be an integer >= 0 (got {raw!r})")
+    return raw
+
+
+def check_step(step: Step, path: str) -> list[Violation]:
+    found = []
+    if step.capacity_wait_timeout is not None and step.capacity_wait_timeout < timedelta(0):
+        found.append(Violation(f"{path}.capacity_wait_timeout", "must be 0 or more (None: no bound)"))
+    if isinstance(step, FlexStartStep) and step.max_wait_duration is not None and step.max_wait_duration < timedelta(0):
+        found.append(Violation(f"{path}.max_wait_duration", "must be 0 (wait forever) or more"))
+    if isinstance(step, PersistentResourceStep) and not PERSISTENT_RESOURCE_ID.fullmatch(step.resource_id or ""):
+        found.append(Violation(f"{path}.persistent_resource_id",
+                               f"{step.persistent_resource_id!r} is not a persistent resource id: 1-63 lowercase "
+                               "letters, digits and '-', starting with a letter"))
+    return found
+
+
+def parse_plan(values: Any) -> list[Step]:
+    if not isinstance(values, (list, tuple)) or not values:
+        raise PlanError([Violation("plan", "must be a non-empty list of steps")])
+    steps, problems = [], []
+    for index, value in enumerate(values):
+        try:
+            steps.append(parse_step(value, f"plan[{index}]"))
+        except PlanError as exc:
+            problems += exc.violations
+    if problems:
+        raise PlanError(problems)
+    return steps
+
+
+def positions(steps: list[Step], default_location: str, regions_first: bool = True) -> list[tuple[int, str]]:
+    """Every (step index, location) the plan may try, in order."""
+    per_step = [list(step.locations) or [default_location] for step in steps]
+    if regions_first:
+        return [(i, loc) for i, locs in enumerate(per_step) for loc in locs]
+    order, depth = [], max(len(locs) for locs in per_step)
+    for d in range(depth):
+        order += [(i, locs[d]) for i, locs in enumerate(per_step) if d < len(locs)]
+    return order
+
+
+def running_bound(step: Step, since: datetime, deadline: datetime | None = None,
+                  expected_run_time: timedelta | None = None) -> tuple[datetime, str] | None:
+    """By when the step's job must first be RUNNING, and why; None when nothing bounds it.
+
+    ``since``: when the job was submitted. The step's own ``capacity_wait_timeout`` counts from
+    ``since``; a plan ``deadline`` implies one too (the job must start by deadline -
+    expected_run_time to finish in time); the smaller wins. FLEX_START takes no deadline bound
+    here: its ``maxWaitDuration`` is clipped to the deadline and the service enforces it (an
+    operator bound at the same instant would only race it).
+    """
+    bounds = []
+    if step.capacity_wait_timeout is not None:
+        bounds.append((since + step.capacity_wait_timeout,
+                       f"capacity_wait_timeout={_seconds(step.capacity_wait_timeout)} of {step.strategy}"))
+    if deadline is not None and not isinstance(step, FlexStartStep):
+        needed = expected_run_time or timedelta(0)
+        bounds.append((deadline - needed, f"deadline {deadline.isoformat()} - expected_run_time {_seconds(needed)}"))
+    return min(bounds, key=lambda b: b[0]) if bounds else None
+
+
+def _seconds(value: timedelta) -> str:
+    return f"{value.total_seconds():g}s"
