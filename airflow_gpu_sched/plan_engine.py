@@ -28,7 +28,7 @@ here, with the decision it belongs to.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Union
 
@@ -377,7 +377,8 @@ def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
         return _start(plan, state.position, event.now)
     if found.ended is not None:  # e.g. succeeded unwatched, or cancelled by a clear: see _job_ended
         note = Note("info", f"previous try's job {found.job_name} already ended {found.state}")
-        return _job_ended(plan, state, found.ended, earlier_try=True, effects=(note,))
+        as_of_now = replace(found.ended, now=event.now)  # what follows (a new job?) is decided as of this try's start
+        return _job_ended(plan, state, as_of_now, earlier_try=True, effects=(note,))
     same = "" if state.running_by is None else " (with the same bound on its time before RUNNING)"
     return ReAttach(job_name=found.job_name, running_by=state.running_by, why=state.running_why, effects=(
         Note("info", f"re-attaching to {found.job_name} ({found.state}), submitted by an earlier try{same}"),))
