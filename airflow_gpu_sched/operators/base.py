@@ -379,7 +379,7 @@ class VertexTrainingOperator(BaseOperator):
         fails. A deferral (``self.defer``) ends the loop here; ``execute_complete`` or
         ``execute_capacity`` starts it again with the trigger's event."""
         plan = self._engine_plan(context, ledger)
-        self._ledger = ledger
+        self._ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
         while True:
             action = engine.decide(plan, engine.State.of(ledger.data), event)
             for effect in action.effects:
@@ -402,9 +402,10 @@ class VertexTrainingOperator(BaseOperator):
 
     def _close_attempt(self, ledger: SubmissionLedger, close: engine.Close, ended: _Ended | None) -> None:
         where = {"position": close.position, "location": close.location}
-        if close.job_name is None or ended is None:  # the attempt never got a job
+        if close.job_name is None:  # the attempt never got a job
             ledger.finish_attempt(no_job_record(close.strategy, close.state or "", close.waited, close.error, **where))
             return
+        assert ended is not None, "a job's attempt is closed with the resource it ended as"
         job = ended.kind.view(ended.resource)
         record = attempt_record(job, close.strategy, close.outcome, close.restarts, ended.kind.gpu_hours(ended.resource))
         record.update(where)
