@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_gpu_sched.plan_engine import failure_text
-
 
 class GpuTrainingError(AirflowException):
     def __init__(self, message: str, job_name: str | None = None, job_error: str | None = None):
+        from airflow_gpu_sched.plan_engine import failure_text  # when raised: not at DAG-parse time
+
         self.job_name, self.job_error = job_name, job_error
-        super().__init__(failure_text(message, job_name, job_error))  # the wording the plan's moves quote too
+        super().__init__(failure_text(message, job_name, job_error))  # the wording a plan's moves quote too
 
 
 class TrainingJobFailed(GpuTrainingError):

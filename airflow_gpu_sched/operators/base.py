@@ -9,8 +9,9 @@ by running the same trigger loop in the worker), a finished job is classified in
 :mod:`outcomes`, and figures come from :mod:`accounting`. Subclasses add their strategy's
 arguments and their own first step (:meth:`own_steps`).
 
-Imports of the clients (requests, google-auth, httpx) happen only when a task runs, so
-importing the operators at DAG-parse time stays cheap.
+Imports of the clients (requests, google-auth, httpx) and of :mod:`plan_engine` (two dozen
+dataclasses) happen only when a task runs, so importing the operators at DAG-parse time stays
+cheap.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_gpu_sched import job_spec, signals
-from airflow_gpu_sched import plan_engine as engine
 from airflow_gpu_sched.accounting import (
     attempt_record,
     console_url,
@@ -54,13 +54,14 @@ from airflow_gpu_sched.job_types import JobOptions, JobType, get_job_type, job_t
 from airflow_gpu_sched.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
 from airflow_gpu_sched.models import CustomJob, parse_duration
 from airflow_gpu_sched.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
-from airflow_gpu_sched.plan_engine import MIN_FLEX_START_WAIT, Plan  # noqa: F401 (MIN_FLEX_START_WAIT: its old home)
 from airflow_gpu_sched.plans import PlanError, Step, parse_plan, positions
 from airflow_gpu_sched.rules import Violation, check_persistent_fit
 from airflow_gpu_sched.watch import TRANSIENT_ERROR_WINDOW
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_gpu_sched import plan_engine as engine
     from airflow.triggers.base import BaseTrigger
 
 CONSOLE_URL_KEY = "console_url"
@@ -254,8 +255,10 @@ class VertexTrainingOperator(BaseOperator):
     def positions(self) -> list[tuple[int, str]]:
         return positions(self.plan, self.location, self.regions_first)
 
-    def _engine_plan(self, context: Context, ledger: SubmissionLedger) -> Plan:
-        return Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
+    def _engine_plan(self, context: Context, ledger: SubmissionLedger) -> engine.Plan:
+        from airflow_gpu_sched import plan_engine as engine
+
+        return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
                        deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
                        quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir)
 
@@ -378,6 +381,8 @@ class VertexTrainingOperator(BaseOperator):
         """Decide, carry the action out, feed its outcome back; until the plan succeeds or
         fails. A deferral (``self.defer``) ends the loop here; ``execute_complete`` or
         ``execute_capacity`` starts it again with the trigger's event."""
+        from airflow_gpu_sched import plan_engine as engine
+
         plan = self._engine_plan(context, ledger)
         self._ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
         while True:
@@ -391,6 +396,8 @@ class VertexTrainingOperator(BaseOperator):
             event, ended = self._act(context, ledger, action)
 
     def _carry_out(self, ledger: SubmissionLedger, effect: engine.Effect, ended: _Ended | None) -> None:
+        from airflow_gpu_sched import plan_engine as engine
+
         if isinstance(effect, engine.Note):
             getattr(self.log, effect.level)(effect.text)
         elif isinstance(effect, engine.Close):
@@ -419,6 +426,8 @@ class VertexTrainingOperator(BaseOperator):
     def _act(self, context: Context, ledger: SubmissionLedger,
              action: engine.Action) -> tuple[engine.PlanEvent, _Ended | None]:
         """Carry out one action; what came of it, as the next event (and the job it ended with)."""
+        from airflow_gpu_sched import plan_engine as engine
+
         if isinstance(action, engine.ReadQuota):
             return self._read_quota(action.step, action.location), None
         if isinstance(action, engine.ReadResource):
@@ -447,6 +456,8 @@ class VertexTrainingOperator(BaseOperator):
 
     def _try_started(self, context: Context, ledger: SubmissionLedger) -> tuple[engine.TryStarted, _Ended | None]:
         """What an earlier try left: its job, still active or ended (then as its trigger would tell)."""
+        from airflow_gpu_sched import plan_engine as engine
+
         resource, by_key = self._find_existing(ledger)
         found, ended = None, None
         if resource is not None:
@@ -478,6 +489,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def _read_quota(self, step: Step, location: str) -> engine.QuotaRead:
         """The region's GPU quota for the step's tier against what the job holds at once."""
+        from airflow_gpu_sched import plan_engine as engine
         from airflow_gpu_sched.quota import shortfalls
 
         spec = self.build_job(step=step).job_spec
@@ -489,6 +501,8 @@ class VertexTrainingOperator(BaseOperator):
         return engine.QuotaRead(now=_now(), too_low="; ".join(str(s) for s in found) or None)
 
     def _read_resource(self, context: Context, action: engine.ReadResource) -> engine.ResourceRead:
+        from airflow_gpu_sched import plan_engine as engine
+
         resource = self.client(action.location).get_persistent_resource(action.name)
         fit = check_persistent_fit(self.validated_job(context, step=action.step).job_spec, resource)
         return engine.ResourceRead(
@@ -554,6 +568,8 @@ class VertexTrainingOperator(BaseOperator):
 
     def _job_event(self, context: Context, payload: Any) -> tuple[engine.JobEnded, _Ended | None]:
         """A trigger's job event, checked, as the plan's event (and the resource it ended as)."""
+        from airflow_gpu_sched import plan_engine as engine
+
         kind, payload = validate_event(payload, JOB_EVENTS)
         now, try_number = _now(), _try_number(context)
         if kind is Event.ERROR:
@@ -573,6 +589,8 @@ class VertexTrainingOperator(BaseOperator):
         ), _Ended(job_kind, resource)
 
     def _capacity_event(self, payload: Any) -> engine.CapacityEnded:
+        from airflow_gpu_sched import plan_engine as engine
+
         kind, payload = validate_event(payload, CAPACITY_EVENTS)
         return engine.CapacityEnded(now=_now(), kind=kind, message=payload.get("message"))
 
