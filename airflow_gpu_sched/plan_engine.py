@@ -340,7 +340,7 @@ def decide(plan: Plan, state: State, event: PlanEvent) -> Action:
     if isinstance(event, Created):
         return _created(plan, state, event)
     if isinstance(event, CreateRefused):
-        step, location = plan.at(state.position)
+        _, location = plan.at(state.position)
         close = _no_job(plan, state, "QUOTA_EXCEEDED", event.text, event.now)
         return _fall_back(plan, state.position, _quota_failure(plan, "refused at create", event.message, location),
                           event.now, (close,))

@@ -121,8 +121,8 @@ OUTCOMES = {
     "capacity-timeout-bound": (ACTIVE, ended(Event.CAPACITY_TIMEOUT, job_state="JOB_STATE_CANCELLED",
                                              running_bound="capacity_wait_timeout=600s of SPOT",
                                              message=f"{JOB} was not RUNNING by ...: cancelled it")),
-    "quota-exceeded-429-at-create": (State(), CreateRefused(now=NOW, message="The following quota metrics exceed "
-                                                            "quota limits: aiplatform.googleapis.com/x", text="429 ...")),
+    "quota-exceeded-429-at-create": (State(), CreateRefused(now=NOW, text="429 ...", message=(
+        "The following quota metrics exceed quota limits: aiplatform.googleapis.com/x"))),
     "quota-exceeded-pipeline-failed": (ACTIVE, ended(Event.QUOTA_EXCEEDED, job_error="quota metrics exceed")),
     "quota-fits": (State(), QuotaRead(now=NOW)),
     "quota-too-low": (State(), QuotaRead(now=NOW, too_low="quota ... is 0, the job needs 8 at once")),

@@ -356,7 +356,7 @@ class VertexTrainingOperator(BaseOperator):
         return VertexClient.from_connection(self.gcp_conn_id, location=location or self.location,
                                             project=self.project_id, retry=retry)
 
-    # ------------------------------------------------------------------ execute: validate -> loop(decide, act) -> result
+    # ------------------------------------------------------------------ validate -> loop(decide, act) -> result
 
     def execute(self, context: Context) -> Any:
         self.validated_job(context)  # bad input fails here, before any API call
@@ -414,7 +414,8 @@ class VertexTrainingOperator(BaseOperator):
             return
         assert ended is not None, "a job's attempt is closed with the resource it ended as"
         job = ended.kind.view(ended.resource)
-        record = attempt_record(job, close.strategy, close.outcome, close.restarts, ended.kind.gpu_hours(ended.resource))
+        gpu_hours = ended.kind.gpu_hours(ended.resource)
+        record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours)
         record.update(where)
         if close.state:
             record.update(state=close.state, error=close.error)
