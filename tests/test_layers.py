@@ -181,11 +181,7 @@ AIRFLOW_CLAUSE = {"never airflow": "never", "airflow only inside functions": "in
 STRICTNESS = ["never", "inside functions", "anywhere"]
 
 
-# operators/base.py is being rewritten on another branch (issue 13's first half): its line comes then
-PENDING = {f"{PACKAGE}.operators.base"}
-
-
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) and m not in PENDING))
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m)))
 def test_the_docstring_says_what_the_module_holds_and_may_import(module):
     """``May import: vertex, orchestration; airflow.`` (layers, or ``nothing of this package``; then
     ``never airflow``, ``airflow only inside functions`` or ``airflow``): the layers are those of the

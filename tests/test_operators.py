@@ -20,6 +20,7 @@ from airflow_gpu_sched.operators import (
 from airflow_gpu_sched.orchestration.accounting import ATTEMPT_KEYS, RESULT_KEYS, summary_table
 from airflow_gpu_sched.orchestration.errors import (
     CapacityWaitExpired,
+    GpuTrainingError,
     InvalidTrainingSpec,
     PersistentCapacityTimeout,
     PersistentResourceUnavailable,
@@ -347,3 +348,13 @@ def test_persistent_resource_in_error_fails_with_its_error(pool):
                             "the reservation was released")
     with pytest.raises(PersistentResourceUnavailable, match="the reservation was released"):
         pool_op().execute(context())
+
+
+def test_every_failure_the_plan_engine_names_is_raised_as_its_typed_error():
+    from typing import get_args
+
+    from airflow_gpu_sched.operators.base import ERRORS
+    from airflow_gpu_sched.orchestration.plan_engine import FailureKind
+
+    assert set(get_args(FailureKind)) == {*ERRORS, "InvalidTrainingSpec"}
+    assert all(issubclass(cls, GpuTrainingError) for cls in ERRORS.values())

@@ -1,14 +1,19 @@
-"""The one base of the training operators: validate -> re-attach or submit -> defer -> decide.
+"""The one base of the training operators: validate -> loop(decide, act) -> result.
 
-Orchestration only. The job is built and checked in :mod:`job_spec` (rules in :mod:`rules`),
-submissions are remembered in :mod:`ledger`, waiting is done by :mod:`triggers` (in the
-triggerer when ``deferrable``, else by running the same trigger loop in the worker), a
-finished job is classified in :mod:`outcomes`, and figures come from :mod:`accounting`.
-Subclasses add their strategy's arguments, its ``scheduling`` block, and what a capacity
-outcome means for them (:meth:`on_capacity_outcome`).
+Orchestration only: every decision of the capacity plan is :func:`plan_engine.decide`'s
+(pure); this operator carries its actions out (client calls, ledger writes, deferral, logs,
+callbacks, XCom) and feeds what came of them back as the next event. The job is built and
+checked in :mod:`job_spec` (rules in :mod:`rules`), submissions are remembered in
+:mod:`ledger`, waiting is done by :mod:`triggers` (in the triggerer when ``deferrable``, else
+by running the same trigger loop in the worker), a finished job is classified in
+:mod:`outcomes`, and figures come from :mod:`accounting`. Subclasses add their strategy's
+arguments and their own first step (:meth:`own_steps`).
 
-Imports of the clients (requests, google-auth, httpx) happen only when a task runs, so
-importing the operators at DAG-parse time stays cheap.
+Imports of the clients (requests, google-auth, httpx) and of :mod:`plan_engine` (two dozen
+dataclasses) happen only when a task runs, so importing the operators at DAG-parse time stays
+cheap.
+
+May import: vertex, orchestration, triggers; airflow.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -46,30 +52,22 @@ from airflow_gpu_sched.orchestration.errors import (
     TrainingJobFailed,
     VertexUnreachable,
 )
-from airflow_gpu_sched.orchestration.job_types import JobOptions, get_job_type, job_type_of
+from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType, get_job_type, job_type_of
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
-from airflow_gpu_sched.vertex.models import CustomJob, format_duration, parse_duration
+from airflow_gpu_sched.vertex.models import CustomJob, parse_duration
 from airflow_gpu_sched.orchestration.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
-from airflow_gpu_sched.orchestration.plans import (
-    FlexStartStep,
-    PersistentResourceStep,
-    PlanError,
-    SpotStep,
-    Step,
-    parse_plan,
-    positions,
-    running_bound,
-)
+from airflow_gpu_sched.orchestration.plans import PlanError, Step, parse_plan, positions
 from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow.triggers.base import BaseTrigger
 
 CONSOLE_URL_KEY = "console_url"
-MIN_FLEX_START_WAIT = timedelta(minutes=1)
-AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing  # a shorter DWS wait is not worth a submission
+AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing
 JOB_NAME_KEY = "job_name"
 
 
@@ -102,7 +100,7 @@ def first_event(trigger: BaseTrigger) -> dict[str, Any]:
 
 class VertexTrainingOperator(BaseOperator):
     """Train on Vertex AI under a capacity plan: an ordered list of steps (strategies), each
-    with its own knobs and regions (:mod:`airflow_gpu_sched.plans`).
+    with its own knobs and regions (:mod:`airflow_gpu_sched.orchestration.plans`).
 
     :param project_id: Google Cloud project of the job.
     :param location: region, e.g. ``us-central1`` (a step's ``locations`` override it).
@@ -246,8 +244,8 @@ class VertexTrainingOperator(BaseOperator):
             self.plan = parse_plan([*(plan if plan is not None else self.own_steps()), *(fallback or [])])
         except PlanError as exc:
             raise InvalidTrainingSpec(exc.violations, f"plan of {self.task_id!r}") from None
-        self._job_name: str | None = None
-        self._job_location: str | None = None
+        self._job_name: str | None = None  # the job on_kill cancels (sync mode)
+        self._ledger: SubmissionLedger | None = None  # the running loop's
         self._check_at_parse_time()
 
     def own_steps(self) -> list[Step]:
@@ -259,10 +257,29 @@ class VertexTrainingOperator(BaseOperator):
     def positions(self) -> list[tuple[int, str]]:
         return positions(self.plan, self.location, self.regions_first)
 
-    def position(self, ledger: SubmissionLedger) -> tuple[int, Step, str]:
-        index = int(ledger.data.get("position", 0))
-        step_index, location = self.positions()[index]
-        return index, self.plan[step_index], location
+    def _engine_plan(self, context: Context, ledger: SubmissionLedger) -> engine.Plan:
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
+                       deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
+                       quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir)
+
+    def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
+        """The plan's deadline. A timedelta counts from the data interval's end; in a manual
+        run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
+        counts from when the task first started instead (kept in the ledger across tries)."""
+        if self.deadline is None:
+            return None
+        if isinstance(self.deadline, datetime):
+            return self.deadline if self.deadline.tzinfo else self.deadline.replace(tzinfo=timezone.utc)
+        anchor = context.get("data_interval_end") or context.get("logical_date")
+        dag_run = context.get("dag_run")
+        if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
+            if not ledger.data.get("started_at"):
+                ledger.data["started_at"] = _now().isoformat()
+                ledger.save()
+            anchor = datetime.fromisoformat(ledger.data["started_at"])
+        return anchor + self.deadline
 
     # ------------------------------------------------------------------ the job
 
@@ -341,209 +358,167 @@ class VertexTrainingOperator(BaseOperator):
         return VertexClient.from_connection(self.gcp_conn_id, location=location or self.location,
                                             project=self.project_id, retry=retry)
 
-    # ------------------------------------------------------------------ execute
+    # ------------------------------------------------------------------ validate -> loop(decide, act) -> result
 
     def execute(self, context: Context) -> Any:
         self.validated_job(context)  # bad input fails here, before any API call
         with vertex_reachable():
-            return self._execute(context)
+            ledger = SubmissionLedger.from_context(context)
+            if not ledger.durable:
+                self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
+            return self._run(context, ledger, *self._try_started(context, ledger))
 
-    def _execute(self, context: Context) -> Any:
-        ledger = SubmissionLedger.from_context(context)
-        if not ledger.durable:
-            self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
-        resource = self._find_existing(ledger)
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the triggerer with the job's event: the loop goes on from there."""
+        with vertex_reachable():
+            return self._run(context, SubmissionLedger.from_context(context), *self._job_event(context, event))
+
+    def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the triggerer with the persistent resource's event."""
+        with vertex_reachable():
+            return self._run(context, SubmissionLedger.from_context(context), self._capacity_event(event))
+
+    def _run(self, context: Context, ledger: SubmissionLedger, event: engine.PlanEvent,
+             ended: _Ended | None = None) -> Any:
+        """Decide, carry the action out, feed its outcome back; until the plan succeeds or
+        fails. A deferral (``self.defer``) ends the loop here; ``execute_complete`` or
+        ``execute_capacity`` starts it again with the trigger's event."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        plan = self._engine_plan(context, ledger)
+        self._ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
+        while True:
+            action = engine.decide(plan, engine.State.of(ledger.data), event)
+            for effect in action.effects:
+                self._carry_out(ledger, effect, ended)
+            if isinstance(action, engine.Succeed):
+                return self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
+            if isinstance(action, engine.Fail):
+                raise _error(action.failure)
+            event, ended = self._act(context, ledger, action)
+
+    def _carry_out(self, ledger: SubmissionLedger, effect: engine.Effect, ended: _Ended | None) -> None:
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        if isinstance(effect, engine.Note):
+            getattr(self.log, effect.level)(effect.text)
+        elif isinstance(effect, engine.Close):
+            self._close_attempt(ledger, effect, ended)
+        elif isinstance(effect, engine.Move):
+            self.log.warning(effect.text)
+            signals.fell_back(self, effect.record())
+            ledger.move_to(effect.dst)
+
+    def _close_attempt(self, ledger: SubmissionLedger, close: engine.Close, ended: _Ended | None) -> None:
+        where = {"position": close.position, "location": close.location}
+        if close.job_name is None:  # the attempt never got a job
+            ledger.finish_attempt(no_job_record(close.strategy, close.state or "", close.waited, close.error, **where))
+            return
+        assert ended is not None, "a job's attempt is closed with the resource it ended as"
+        job = ended.kind.view(ended.resource)
+        gpu_hours = ended.kind.gpu_hours(ended.resource)
+        record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours)
+        record.update(where)
+        if close.state:
+            record.update(state=close.state, error=close.error)
+        ledger.finish_attempt(record, close.preemptions, completed=close.completed)
+        self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
+                      record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
+        signals.attempt_finished(self, record, close.preemptions)
+
+    def _act(self, context: Context, ledger: SubmissionLedger,
+             action: engine.Action) -> tuple[engine.PlanEvent, _Ended | None]:
+        """Carry out one action; what came of it, as the next event (and the job it ended with)."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        if isinstance(action, engine.ReadQuota):
+            return self._read_quota(action.step, action.location), None
+        if isinstance(action, engine.ReadResource):
+            return self._read_resource(context, action), None
+        if isinstance(action, engine.Submit):
+            from airflow_gpu_sched.vertex.client import QuotaExceededError
+
+            try:
+                name = self.submit(context, ledger, action.step, action.location, action.max_wait)
+            except QuotaExceededError as exc:
+                if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
+                    raise
+                return engine.CreateRefused(now=_now(), message=exc.message, text=str(exc)), None
+            return engine.Created(now=_now(), job_name=name), None
+        if isinstance(action, (engine.WaitForJob, engine.ReAttach)):
+            if isinstance(action, engine.WaitForJob):  # kept across tries: a retry re-attaches with the same instant
+                ledger.set_running_bound(action.running_by, action.why)
+            return self._job_event(context, self.wait_for_job(context, action.job_name))
+        if isinstance(action, engine.WaitForCapacity):
+            ledger.note_waiting_since(_now())
+            spec = self.validated_job(context, step=action.step).job_spec.to_api()
+            return self._capacity_event(self.wait_for_capacity(context, action.name, spec, action.wait)), None
+        raise TypeError(f"not an action to carry out: {action!r}")
+
+    # ------------------------------------------------------------------ the actions' I/O
+
+    def _try_started(self, context: Context, ledger: SubmissionLedger) -> tuple[engine.TryStarted, _Ended | None]:
+        """What an earlier try left: its job, still active or ended (then as its trigger would tell)."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        resource, by_key = self._find_existing(ledger)
+        found, ended = None, None
         if resource is not None:
             kind = job_type_of(resource.name)
             existing = kind.view(resource)
-            if existing.is_terminal():  # e.g. succeeded unwatched, or cancelled by a clear: see on_job_event
-                self.log.info("previous try's job %s already ended %s", existing.name, existing.state.value)
-                return self.on_job_event(context, kind.event(resource), earlier_try=True)
-            self.log.info("re-attaching to %s (%s), submitted by an earlier try%s", existing.name,
-                          existing.state.value, "" if ledger.running_bound[0] is None else
-                          " (with the same bound on its time before RUNNING)")
-            return self.wait_for_job(context, existing.name, ledger.running_bound)
-        return self.start(context, ledger)
+            event = None
+            if existing.is_terminal():
+                event, ended = self._job_event(context, kind.event(resource))
+            found = engine.Found(job_name=existing.name, state=existing.state.value, ended=event, by_key=by_key)
+        return engine.TryStarted(now=_now(), try_number=_try_number(context), found=found), ended
 
-    def start(self, context: Context, ledger: SubmissionLedger) -> Any:
-        """Run the plan from its current position: skip what the deadline rules out, check a
-        persistent resource first, else submit and wait."""
-        _, step, location = self.position(ledger)
-        max_wait, why_not = self._deadline_budget(context, ledger, step)
-        if why_not:
-            return self.fall_back(context, ledger, DeadlineExceeded(why_not), record=None)
-        if isinstance(step, PersistentResourceStep):
-            return self._start_on_resource(context, ledger, step, location, max_wait)
-        too_low = self._quota_too_low(step, location)
-        if too_low:
-            record = self._no_job_record(ledger, step, location, "QUOTA_TOO_LOW", too_low)
-            return self.fall_back(context, ledger, QuotaTooLow(f"{step.strategy} skipped: {too_low}"), record)
-        return self._submit_and_wait(context, ledger, step, location, max_wait)
-
-    def _quota_too_low(self, step: Step, location: str) -> str | None:
-        """Why the region's GPU quota for the step's tier cannot hold the job, or None (it can,
-        the preflight is off, or the quota could not be read: then a warning, and on we go)."""
-        from airflow_gpu_sched.orchestration.quota import shortfalls
-
-        if not self.quota_preflight:
-            return None
-        spec = self.build_job(step=step).job_spec
-        parallel = self.job_kind.parallelism(self.job_options())
-        demand = {acc: need * parallel for acc, need in spec.accelerator_demand().items()}
-        found = shortfalls(self.client(location), self.project_id, location, step.strategy, demand)
-        if found is None:
-            self.log.warning("could not read the GPU quota of %s in %s (Cloud Quotas API unreachable, or no "
-                             "permission cloudquotas.quotas.get): submitting without the quota preflight",
-                             self.project_id, location)
-            return None
-        return "; ".join(str(s) for s in found) or None
-
-    def _submit_and_wait(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
-                         max_wait: timedelta | None) -> Any:
-        from airflow_gpu_sched.vertex.client import QuotaExceededError
-
-        try:
-            name = self.submit(context, ledger, step, location, max_wait)
-        except QuotaExceededError as exc:
-            if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
-                raise
-            # The job alone needs more GPUs than the region's quota: a capacity outcome, the plan moves on
-            record = self._no_job_record(ledger, step, location, "QUOTA_EXCEEDED", str(exc))
-            return self.fall_back(context, ledger, self._quota_error("refused at create", exc.message,
-                                                                     location), record)
-        bound = self._running_bound(context, ledger, step)
-        ledger.set_running_bound(bound[0].timestamp() if bound else None, bound[1] if bound else None)
-        return self.wait_for_job(context, name, ledger.running_bound)
-
-    def _running_bound(self, context: Context, ledger: SubmissionLedger, step: Step) -> tuple[datetime, str] | None:
-        """By when the job just submitted must first be RUNNING (:func:`plans.running_bound`),
-        counted from its submission (a persistent pool's wait before it had its own bound)."""
-        return running_bound(step, datetime.now(timezone.utc), self._deadline(context, ledger), self.expected_run_time)
-
-    def _quota_error(self, how: str, message: str | None, location: str) -> QuotaTooLow:
-        """The service's own quota verdict (a 429 at create, a pipeline FAILED code 8): the same
-        remedy as the preflight's, so the same error type once the plan is spent."""
-        from airflow_gpu_sched.orchestration.quota import increase_hint
-
-        return QuotaTooLow(f"the GPU quota is too low for this job in {location}: {how} by Vertex AI; "
-                           + increase_hint(message or "", location, self.project_id), None, message)
-
-    def _deadline_budget(self, context: Context, ledger: SubmissionLedger,
-                         step: Step) -> tuple[timedelta | None, str | None]:
-        """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run)."""
-        deadline = self._deadline(context, ledger)
-        if deadline is None:
-            return None, None
-        left = deadline - datetime.now(timezone.utc)
-        needed = self.expected_run_time or timedelta(0)
-        if left <= needed:
-            return None, (f"deadline {deadline.isoformat()}: {max(left, timedelta(0))} left, the job needs "
-                          f"{needed} to run: {step.strategy} skipped")
-        wait = left - needed
-        if isinstance(step, FlexStartStep):
-            if wait < MIN_FLEX_START_WAIT:
-                return None, (f"deadline {deadline.isoformat()}: only {wait} would be left to wait for FLEX_START "
-                              f"capacity (less than {MIN_FLEX_START_WAIT}): FLEX_START skipped")
-            own = step.max_wait_duration
-            return (wait if not own or own > wait else own), None
-        return wait, None
-
-    def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
-        """The plan's deadline. A timedelta counts from the data interval's end; in a manual
-        run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
-        counts from when the task first started instead (kept in the ledger across tries)."""
-        if self.deadline is None:
-            return None
-        if isinstance(self.deadline, datetime):
-            return self.deadline if self.deadline.tzinfo else self.deadline.replace(tzinfo=timezone.utc)
-        anchor = context.get("data_interval_end") or context.get("logical_date")
-        dag_run = context.get("dag_run")
-        if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
-            if not ledger.data.get("started_at"):
-                ledger.data["started_at"] = datetime.now(timezone.utc).isoformat()
-                ledger.save()
-            anchor = datetime.fromisoformat(ledger.data["started_at"])
-        return anchor + self.deadline
-
-    def _start_on_resource(self, context: Context, ledger: SubmissionLedger, step: PersistentResourceStep,
-                           location: str, max_wait: timedelta | None) -> Any:
-        name = f"projects/{self.project_id}/locations/{location}/persistentResources/{step.resource_id}"
-        resource = self.client(location).get_persistent_resource(name)
-        state = resource.state.value if resource.state else "STATE_UNSPECIFIED"
-        if state in ("ERROR", "STOPPING"):
-            message = resource.error.message if resource.error else None
-            record = self._no_job_record(ledger, step, location, f"RESOURCE_{state}", message)
-            return self.fall_back(context, ledger, PersistentResourceUnavailable(
-                f"persistent resource {name} is {state}", None, message), record)
-        job = self.validated_job(context, step=step)
-        fit = check_persistent_fit(job.job_spec, resource)
-        if fit.mismatches:
-            raise InvalidTrainingSpec(fit.mismatches, f"job for persistent resource {step.resource_id!r}")
-        if state == "RUNNING" and fit.runs_now:
-            return self._submit_and_wait(context, ledger, step, location, None)
-        waits = [w for w in (step.capacity_wait_timeout, max_wait) if w is not None]
-        wait = min(waits) if waits else None
-        self.log.info("persistent resource %s is %s%s: waiting up to %s for capacity", name, state,
-                      "".join(f"; pool {s.resource_pool_id} has {s.free} of {s.wanted} replicas free"
-                              for s in fit.shortages), wait or "ever")
-        ledger.note_waiting_since(datetime.now(timezone.utc))
-        return self.wait_for_capacity(context, name, job.job_spec.to_api(), wait)
-
-    def wait_for_capacity(self, context: Context, resource_name: str, job_spec_json: dict[str, Any],
-                          wait: timedelta | None) -> Any:
-        from airflow_gpu_sched.triggers import PersistentCapacityTrigger
-
-        deadline = time.time() + wait.total_seconds() if wait is not None else None
-        trigger = PersistentCapacityTrigger(resource_name, job_spec_json, deadline, self.gcp_conn_id,
-                                            self.poll_interval, self.transient_error_window)
-        if self.deferrable:
-            self.defer(trigger=trigger, method_name="execute_capacity")
-        return self._on_capacity_event(context, first_event(trigger))
-
-    def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
-        with vertex_reachable():
-            return self._on_capacity_event(context, event)
-
-    def _on_capacity_event(self, context: Context, event: Any) -> Any:
-        kind, event = validate_event(event, CAPACITY_EVENTS)
-        ledger = SubmissionLedger.from_context(context)
-        _, step, location = self.position(ledger)
-        message = event.get("message")
-        if kind is Event.CAPACITY_AVAILABLE:
-            self.log.info("capacity is free (%s): submitting", message)
-            return self._submit_and_wait(context, ledger, step, location, None)
-        if kind is Event.ERROR:
-            raise VertexUnreachable(message or "Vertex AI unreachable")
-        outcome = "CAPACITY_TIMEOUT" if kind is Event.CAPACITY_TIMEOUT else "RESOURCE_UNAVAILABLE"
-        record = self._no_job_record(ledger, step, location, outcome, message)
-        error_type = PersistentCapacityTimeout if kind is Event.CAPACITY_TIMEOUT else PersistentResourceUnavailable
-        return self.fall_back(context, ledger, error_type(
-            f"persistent resource {step.resource_id} {'stayed busy past its capacity wait' if kind is Event.CAPACITY_TIMEOUT else 'cannot take the job'}",
-            None, message), record)
-
-    def _find_existing(self, ledger: SubmissionLedger) -> Any:
-        """The resource (of the job type) an earlier try submitted, if any."""
-        _, _, location = self.position(ledger)
+    def _find_existing(self, ledger: SubmissionLedger) -> tuple[Any, bool]:
+        """The resource (of the job type) an earlier try submitted, if any; and whether it was
+        found by its submission key's label."""
+        location = self.positions()[int(ledger.data.get("position", 0))][1]
         if ledger.job_name:
-            return job_type_of(ledger.job_name).get(self.client(location), ledger.job_name)
+            return job_type_of(ledger.job_name).get(self.client(location), ledger.job_name), False
         if ledger.submission_key:  # an earlier try died between the create and saving the name
             found = self._find_by_key(ledger.submission_key, location)
             if found is not None:
                 ledger.record_job(found.name)
-            return found
-        return None
+            return found, found is not None
+        return None, False
 
     def _find_by_key(self, key: str, location: str) -> Any:
         flt = f'labels.{SUBMISSION_LABEL}="{key}"'
         page = self.job_kind.list_page(self.client(location), flt, 10, None)
         return next(iter(self.job_kind.items(page)), None)
 
-    def submit(self, context: Context, ledger: SubmissionLedger, step: Step | None = None,
-               location: str | None = None, max_wait: timedelta | None = None) -> str:
+    def _read_quota(self, step: Step, location: str) -> engine.QuotaRead:
+        """The region's GPU quota for the step's tier against what the job holds at once."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+        from airflow_gpu_sched.orchestration.quota import shortfalls
+
+        spec = self.build_job(step=step).job_spec
+        parallel = self.job_kind.parallelism(self.job_options())
+        demand = {acc: need * parallel for acc, need in spec.accelerator_demand().items()}
+        found = shortfalls(self.client(location), self.project_id, location, step.strategy, demand)
+        if found is None:
+            return engine.QuotaRead(now=_now(), unreadable=True)
+        return engine.QuotaRead(now=_now(), too_low="; ".join(str(s) for s in found) or None)
+
+    def _read_resource(self, context: Context, action: engine.ReadResource) -> engine.ResourceRead:
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        resource = self.client(action.location).get_persistent_resource(action.name)
+        fit = check_persistent_fit(self.validated_job(context, step=action.step).job_spec, resource)
+        return engine.ResourceRead(
+            now=_now(), name=action.name, state=resource.state.value if resource.state else "STATE_UNSPECIFIED",
+            error=resource.error.message if resource.error else None, mismatches=tuple(fit.mismatches),
+            runs_now=fit.runs_now, shortages=tuple((s.resource_pool_id, s.free, s.wanted) for s in fit.shortages))
+
+    def submit(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
+               max_wait: timedelta | None = None) -> str:
+        """Create the job under the ledger's submission key (a new one if none), reconciling an
+        ambiguous create by that key's label; the name is saved before anything else."""
         from airflow_gpu_sched.vertex.client import AmbiguousCreateError
 
-        if step is None or location is None:
-            _, step, location = self.position(ledger)
         key = ledger.submission_key or ledger.new_submission()
         job = self.validated_job(context, key, step, max_wait)
         client = self.client(location)
@@ -566,120 +541,63 @@ class VertexTrainingOperator(BaseOperator):
         if ti is not None:
             ti.xcom_push(key=JOB_NAME_KEY, value=created.name)
             ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(created.name))
-        self.log.info("submitted %s (%s in %s, attempt %d)", created.name, step.describe(), location,
-                      len(ledger.attempts) + 1)
         return created.name
 
-    def wait_for_job(self, context: Context, job_name: str,
-                     bound: tuple[float | None, str | None] = (None, None)) -> Any:
-        """Wait for the job; ``bound``: (epoch seconds by which it must first be RUNNING, why)."""
+    def wait_for_job(self, context: Context, job_name: str) -> dict[str, Any]:
+        """Wait for the job (deferred, or the same trigger in this process): its event, under the
+        ledger's bound on its time before RUNNING."""
         from airflow_gpu_sched.triggers import CustomJobTrigger
 
         self._job_name = job_name
-        running_by, why = bound
+        ledger = self._ledger if self._ledger is not None else SubmissionLedger.from_context(context)
+        running_by, why = ledger.running_bound
         trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
                                    running_by=running_by, bound_reason=why)
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
-        return self.on_job_event(context, first_event(trigger))
+        return first_event(trigger)
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        with vertex_reachable():
-            return self.on_job_event(context, event)
+    def wait_for_capacity(self, context: Context, resource_name: str, job_spec_json: dict[str, Any],
+                          wait: timedelta | None) -> dict[str, Any]:
+        """Wait for free replicas on the persistent resource (deferred, or in this process)."""
+        from airflow_gpu_sched.triggers import PersistentCapacityTrigger
 
-    def on_job_event(self, context: Context, event: Any, earlier_try: bool = False) -> Any:
-        """Decide on a finished job; ``earlier_try``: it was found, finished, at this try's start."""
-        kind, event = validate_event(event, JOB_EVENTS)
-        ledger = SubmissionLedger.from_context(context)
-        # a job an earlier try submitted (this try re-attached to it, or found it finished)
-        reattached = earlier_try or ledger.job_try != _try_number(context)
+        deadline = time.time() + wait.total_seconds() if wait is not None else None
+        trigger = PersistentCapacityTrigger(resource_name, job_spec_json, deadline, self.gcp_conn_id,
+                                            self.poll_interval, self.transient_error_window)
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_capacity")
+        return first_event(trigger)
+
+    def _job_event(self, context: Context, payload: Any) -> tuple[engine.JobEnded, _Ended | None]:
+        """A trigger's job event, checked, as the plan's event (and the resource it ended as)."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+
+        kind, payload = validate_event(payload, JOB_EVENTS)
+        now, try_number = _now(), _try_number(context)
         if kind is Event.ERROR:
-            raise VertexUnreachable(event.get("message") or "Vertex AI unreachable", event.get("job_name"))
-        job_kind = job_type_of(event["job"]["name"])
-        resource = job_kind.resource_of(event)
+            return engine.JobEnded(now=now, kind=kind, job_name=payload.get("job_name"),
+                                   message=payload.get("message"), try_number=try_number), None
+        job_kind = job_type_of(payload["job"]["name"])
+        resource = job_kind.resource_of(payload)
         if job_kind.listed_without_details(resource):  # the poller's list page omits e.g. trials
             resource = job_kind.get(self.client(resource.name.split("/")[3]), resource.name)
         job = job_kind.view(resource)
-        index, step, location = self.position(ledger)
-        restarts = int(event.get("observed_restarts", 0))
-        preemptions = restarts + (1 if kind is Event.PREEMPTED else 0)
-        record = attempt_record(job, step.strategy, kind.value, restarts, job_kind.gpu_hours(resource))
-        record.update(position=index, location=location)
-        bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.get("running_bound"))  # our cancel, past the bound
-        if kind is Event.QUOTA_EXCEEDED or bounded:  # visible as such, not as the job's FAILED / CANCELLED
-            record.update(state="QUOTA_EXCEEDED" if kind is Event.QUOTA_EXCEEDED else "CAPACITY_TIMEOUT",
-                          error=event.get("message") or record["error"])
-        ledger.finish_attempt(record, preemptions, completed=kind is Event.SUCCEEDED)
-        self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
-                      record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
-        signals.attempt_finished(self, record, preemptions)
-        if kind is Event.SUCCEEDED:
-            return self.result(ledger, job_kind.outputs(resource))
-        message = job.error.message if job.error else None
-        if kind is Event.CANCELLED:
-            if reattached:
-                # An earlier try's job: a user cleared or failed that try, and its trigger's on_kill
-                # cancelled the job (possibly after this try re-attached to it). This try trains anew.
-                self.log.info("the job %s an earlier try submitted was cancelled (the task was cleared or "
-                              "marked failed): submitting a new one", job.name)
-                return self.start(context, ledger)
-            raise TrainingJobCancelled("the job was cancelled outside this task", job.name, message)
-        if kind is Event.FAILED:
-            raise TrainingJobFailed("the training job failed (not a capacity problem: not resubmitted)",
-                                    job.name, message)
-        if kind is Event.PREEMPTED and isinstance(step, SpotStep):
-            preempted_here = ledger.count(Event.PREEMPTED.value, index)
-            if preempted_here <= step.max_preemption_retries:
-                self.log.warning("%s was preempted past the service's restarts: resubmitting (%d of %d), "
-                                 "resuming from the checkpoints in %s", job.name, preempted_here,
-                                 step.max_preemption_retries, self.base_output_dir or "(no base_output_dir!)")
-                return self._submit_and_wait(context, ledger, step, location, None)
-            error: GpuTrainingError = PreemptionBudgetExhausted(
-                f"SPOT job preempted past the service's restarts {preempted_here} time(s); "
-                f"max_preemption_retries={step.max_preemption_retries} spent", job.name, message)
-        elif bounded:
-            error = CapacityWaitExpired(f"{step.strategy} job not RUNNING within its bound "
-                                        f"({event['running_bound']}): cancelled", job.name, event.get("message"))
-        elif kind is Event.CAPACITY_TIMEOUT:
-            # Named from the job's own spec: an EXPIRED job carries no error message to quote.
-            wait = job.job_spec.scheduling.max_wait_duration if job.job_spec.scheduling else None
-            waited = f"maxWaitDuration ({format_duration(wait)})" if wait is not None else "maxWaitDuration"
-            error = CapacityWaitExpired(f"FLEX_START capacity never came: the job waited its {waited} "
-                                        "without getting all its GPUs at once", job.name,
-                                        message or f"the job ended {job.state.value}")
-        elif kind is Event.QUOTA_EXCEEDED:
-            error = self._quota_error(f"{job.name} FAILED for quota", message, location)
-        elif kind is Event.PREEMPTED:  # on a step that is not SPOT: the service gave up for want of capacity
-            error = CapacityUnavailable(f"{step.strategy}: no capacity, the service gave up after its own "
-                                        "retries (stockout)", job.name, message)
-        else:
-            error = CapacityUnavailable(f"the job ended by {kind.value}", job.name, message)
-        return self.fall_back(context, ledger, error, record=None)
+        scheduling = job.job_spec.scheduling
+        return engine.JobEnded(
+            now=now, kind=kind, job_name=job.name, job_state=job.state.value if job.state else None,
+            job_error=job.error.message if job.error else None, message=payload.get("message"),
+            restarts=int(payload.get("observed_restarts", 0)), running_bound=payload.get("running_bound"),
+            max_wait=scheduling.max_wait_duration if scheduling else None, try_number=try_number,
+        ), _Ended(job_kind, resource)
 
-    def fall_back(self, context: Context, ledger: SubmissionLedger, error: GpuTrainingError,
-                  record: dict[str, Any] | None) -> Any:
-        """A capacity outcome: move to the plan's next position, or fail with ``error``."""
-        index, step, location = self.position(ledger)
-        if record is not None:
-            ledger.finish_attempt(record)
-        nxt = index + 1
-        if nxt >= len(self.positions()):
-            raise error  # the plan is spent: fail with what the last step ran into
-        next_step, next_location = self.plan[self.positions()[nxt][0]], self.positions()[nxt][1]
-        self.log.warning("capacity outcome on %s in %s (%s): falling back to %s in %s", step.describe(), location,
-                         error, next_step.describe(), next_location)
-        signals.fell_back(self, {"from": step.strategy, "from_location": location, "to": next_step.strategy,
-                                 "to_location": next_location, "reason": str(error)})
-        ledger.move_to(nxt)
-        return self.start(context, ledger)
+    def _capacity_event(self, payload: Any) -> engine.CapacityEnded:
+        from airflow_gpu_sched.orchestration import plan_engine as engine
 
-    def _no_job_record(self, ledger: SubmissionLedger, step: Step, location: str, state: str,
-                       error: str | None) -> dict[str, Any]:
-        """An attempt that never got a job (a busy or failed persistent pool, a quota refusal)."""
-        since = ledger.data.get("waiting_since")
-        waited = (datetime.now(timezone.utc) - datetime.fromisoformat(since)).total_seconds() if since else 0.0
-        index, _, _ = self.position(ledger)
-        return no_job_record(step.strategy, state, waited, error, position=index, location=location)
+        kind, payload = validate_event(payload, CAPACITY_EVENTS)
+        return engine.CapacityEnded(now=_now(), kind=kind, message=payload.get("message"))
+
+    # ------------------------------------------------------------------ the result
 
     def result(self, ledger: SubmissionLedger, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
         result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices),
@@ -697,6 +615,31 @@ class VertexTrainingOperator(BaseOperator):
                 job_type_of(self._job_name).cancel(self.client(self._job_name.split("/")[3]), self._job_name)
             except InvalidArgumentError:
                 pass  # already finished
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """The resource a job ended as (its record and the task's outputs are read from it)."""
+
+    kind: JobType
+    resource: Any
+
+
+# The typed errors, by the name the plan's decisions give them (plan_engine returns no exception).
+ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
+    TrainingJobFailed, TrainingJobCancelled, CapacityWaitExpired, PreemptionBudgetExhausted,
+    PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
+    VertexUnreachable)}
+
+
+def _error(failure: engine.Failure) -> Exception:
+    if failure.kind == "InvalidTrainingSpec":
+        return InvalidTrainingSpec(list(failure.violations), failure.message)
+    return ERRORS[failure.kind](failure.message, failure.job_name, failure.detail)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 @contextmanager
@@ -740,7 +683,7 @@ def _duration_arg(name: str, value: Any) -> timedelta | None:
 
 class GpuTrainingOperator(VertexTrainingOperator):
     """Train under an explicit capacity plan: ``plan=[step, ...]`` (typed steps or dicts, see
-    :mod:`airflow_gpu_sched.plans`), tried in order on capacity outcomes."""
+    :mod:`airflow_gpu_sched.orchestration.plans`), tried in order on capacity outcomes."""
 
     def __init__(self, *, plan: list[Step | dict[str, Any]], **kwargs: Any) -> None:
         super().__init__(plan=plan, **kwargs)

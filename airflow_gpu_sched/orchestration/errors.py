@@ -21,7 +21,7 @@ AirflowException
 Every message carries the job name and the service's ``error.message`` where there is one.
 With a capacity plan, the capacity errors are raised only when the plan has no step left.
 
-May import: nothing of this package; airflow.
+May import: orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -31,13 +31,10 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 class GpuTrainingError(AirflowException):
     def __init__(self, message: str, job_name: str | None = None, job_error: str | None = None):
+        from airflow_gpu_sched.orchestration.plan_engine import failure_text  # when raised: not at DAG-parse time
+
         self.job_name, self.job_error = job_name, job_error
-        parts = [message]
-        if job_name:
-            parts.append(f"job: {job_name}")
-        if job_error:
-            parts.append(f"Vertex AI says: {job_error}")
-        super().__init__(" | ".join(parts))
+        super().__init__(failure_text(message, job_name, job_error))  # the wording a plan's moves quote too
 
 
 class TrainingJobFailed(GpuTrainingError):

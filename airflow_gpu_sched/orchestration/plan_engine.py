@@ -1,0 +1,561 @@
+"""The decisions of a capacity plan, pure: ``decide(plan, state, event) -> action``.
+
+No I/O and no Airflow here. The operator (:mod:`airflow_gpu_sched.operators.base`) carries
+each action out (client calls, ledger writes, deferral, logs, callbacks) and feeds the result
+back as the next event, until the action is :class:`Succeed` or :class:`Fail`.
+
+- :class:`Plan`: the steps, their (step, region) positions, the deadline (absolute, already
+  resolved), ``expected_run_time``; each step carries its own knobs (:mod:`.plans`).
+- :class:`State`: what the submission ledger holds (:meth:`State.of` reads its data).
+- Events, a closed set: :class:`TryStarted`, :class:`QuotaRead`, :class:`ResourceRead`,
+  :class:`Created`, :class:`CreateRefused`, :class:`JobEnded`, :class:`CapacityEnded`.
+- Actions, a closed set: :class:`ReadQuota`, :class:`ReadResource`, :class:`Submit`,
+  :class:`WaitForJob`, :class:`ReAttach`, :class:`WaitForCapacity`, :class:`Succeed`,
+  :class:`Fail`. Each carries ``effects``, done first and in order: :class:`Note` (a log line),
+  :class:`Close` (close the current attempt in the ledger), :class:`Move` (the plan falls back
+  to its next position). Falling back is a transition made here: the action returned is the
+  first one at the new position, with the moves that led there among its effects.
+
+The rules that live here: the deadline (steps that cannot finish are skipped, a FLEX_START
+wait is clipped to the time left), the quota preflight's skip, the preemption budget, the
+bound before RUNNING (:func:`plans.running_bound`), the earlier-try rules (re-attach to an
+active job; a cancelled job an earlier try submitted means the task was cleared: train anew; a
+job that ended unwatched is processed as its trigger would have reported it), and that only a
+capacity outcome advances the plan. Every log line, error message and attempt state is worded
+here, with the decision it belongs to.
+
+May import: vertex, orchestration; never airflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal, Union
+
+from airflow_gpu_sched.vertex.models import format_duration
+from airflow_gpu_sched.orchestration.outcomes import Event
+from airflow_gpu_sched.orchestration.plans import FlexStartStep, PersistentResourceStep, SpotStep, Step, positions, running_bound
+from airflow_gpu_sched.orchestration.quota import increase_hint
+from airflow_gpu_sched.vertex.rules import Violation
+
+MIN_FLEX_START_WAIT = timedelta(minutes=1)  # a shorter DWS wait is not worth a submission
+
+# ---------------------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+    positions: tuple[tuple[int, str], ...]  # (step index, location), in the order they are tried
+    project: str
+    deadline: datetime | None = None  # absolute (the operator resolves a timedelta)
+    expected_run_time: timedelta | None = None
+    quota_preflight: bool = True
+    checkpoints: str | None = None  # base_output_dir: a resubmission resumes from it
+
+    @classmethod
+    def of(cls, steps: list[Step], location: str, regions_first: bool = True, **knobs: Any) -> Plan:
+        return cls(tuple(steps), tuple(positions(list(steps), location, regions_first)), **knobs)
+
+    def at(self, position: int) -> tuple[Step, str]:
+        step_index, location = self.positions[position]
+        return self.steps[step_index], location
+
+    def resource_name(self, step: Step, location: str) -> str:
+        return f"projects/{self.project}/locations/{location}/persistentResources/{step.resource_id}"
+
+
+@dataclass(frozen=True)
+class State:
+    """What the ledger holds that the decisions read."""
+
+    position: int = 0
+    attempts: tuple[tuple[int | None, str | None], ...] = ()  # (position, outcome) of each finished attempt
+    job_name: str | None = None  # the current job
+    job_try: int | None = None  # the try that submitted it (None: unknown, e.g. found by its label)
+    running_by: float | None = None  # the current job's bound before RUNNING (epoch seconds)
+    running_why: str | None = None
+    waiting_since: datetime | None = None  # when a persistent pool's capacity wait began
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> State:
+        bound = data.get("running_bound") or {}
+        since = data.get("waiting_since")
+        return cls(position=int(data.get("position", 0)),
+                   attempts=tuple((a.get("position"), a.get("outcome")) for a in data.get("attempts", [])),
+                   job_name=data.get("job_name"), job_try=data.get("job_try"), running_by=bound.get("by"),
+                   running_why=bound.get("why"), waiting_since=datetime.fromisoformat(since) if since else None)
+
+    def preempted_at(self, position: int) -> int:
+        return sum(1 for p, outcome in self.attempts if p == position and outcome == Event.PREEMPTED.value)
+
+
+# ---------------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEnded:
+    """The trigger's event about the current job (or a job found ended when the try started)."""
+
+    now: datetime
+    kind: Event  # one of outcomes.JOB_EVENTS
+    job_name: str | None = None
+    job_state: str | None = None  # "JOB_STATE_FAILED" ...
+    job_error: str | None = None  # the job's error.message
+    message: str | None = None  # the event's message (the trigger's note for a bound's cancel)
+    restarts: int = 0  # the service's restarts the poller observed
+    running_bound: str | None = None  # set when the operator's bound cancelled the job: why
+    max_wait: timedelta | None = None  # the job's own maxWaitDuration
+    try_number: int | None = None  # the try this event arrived in
+
+
+@dataclass(frozen=True, kw_only=True)
+class Found:
+    """What an earlier try left: its job (found by name, or by its submission key's label)."""
+
+    job_name: str
+    state: str
+    ended: JobEnded | None = None  # None: still active
+    by_key: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TryStarted:
+    now: datetime
+    try_number: int | None = None
+    found: Found | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaRead:
+    now: datetime
+    too_low: str | None = None  # the shortfalls, worded; None: the quota holds the job
+    unreadable: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceRead:
+    now: datetime
+    name: str
+    state: str  # "RUNNING", "PROVISIONING", "ERROR" ...
+    error: str | None = None  # the resource's error.message
+    mismatches: tuple[Violation, ...] = ()  # the job's pools no resource pool can hold
+    runs_now: bool = False
+    shortages: tuple[tuple[str, int, int], ...] = ()  # (resource pool, free, wanted)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Created:
+    now: datetime
+    job_name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateRefused:
+    """429 RESOURCE_EXHAUSTED for a resource quota: the job alone needs more than the limit."""
+
+    now: datetime
+    message: str | None  # the service's message
+    text: str  # the error as shown (status, rpc, url, message)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityEnded:
+    now: datetime
+    kind: Event  # one of outcomes.CAPACITY_EVENTS
+    message: str | None = None
+
+
+PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, Created, CreateRefused, JobEnded, CapacityEnded]
+
+# ---------------------------------------------------------------------------------------- outputs
+
+FailureKind = Literal["TrainingJobFailed", "TrainingJobCancelled", "CapacityWaitExpired", "PreemptionBudgetExhausted",
+                      "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
+                      "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
+
+
+def failure_text(message: str, job_name: str | None = None, job_error: str | None = None) -> str:
+    """How a training error reads (``errors.GpuTrainingError`` and a move's reason)."""
+    parts = [message]
+    if job_name:
+        parts.append(f"job: {job_name}")
+    if job_error:
+        parts.append(f"Vertex AI says: {job_error}")
+    return " | ".join(parts)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A typed error, described: the operator raises ``errors.<kind>(message, job_name, detail)``
+    (``InvalidTrainingSpec(violations, message)``)."""
+
+    kind: FailureKind
+    message: str
+    job_name: str | None = None
+    detail: str | None = None  # what Vertex AI said
+    violations: tuple[Violation, ...] = ()
+
+    def __str__(self) -> str:
+        return failure_text(self.message, self.job_name, self.detail)
+
+
+@dataclass(frozen=True)
+class Note:
+    level: Literal["info", "warning"]
+    text: str
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the current attempt: the job's record (``job_name`` set) or one that got no job."""
+
+    position: int
+    location: str
+    strategy: str
+    outcome: str  # an Event value
+    job_name: str | None = None
+    restarts: int = 0
+    state: str | None = None  # shown instead of the job's own state (with ``error``); a no-job attempt's state
+    error: str | None = None
+    waited: float = 0.0  # a no-job attempt: seconds waited
+    preemptions: int = 0
+    completed: bool = False
+
+
+@dataclass(frozen=True)
+class Move:
+    """The plan falls back from one position to the next, for ``failure``."""
+
+    src: int
+    dst: int
+    failure: Failure
+    from_step: Step
+    from_location: str
+    to_step: Step
+    to_location: str
+
+    @property
+    def text(self) -> str:
+        return (f"capacity outcome on {self.from_step.describe()} in {self.from_location} ({self.failure}): "
+                f"falling back to {self.to_step.describe()} in {self.to_location}")
+
+    def record(self) -> dict[str, Any]:
+        """What ``on_fallback`` is handed."""
+        return {"from": self.from_step.strategy, "from_location": self.from_location, "to": self.to_step.strategy,
+                "to_location": self.to_location, "reason": str(self.failure)}
+
+
+Effect = Union[Note, Close, Move]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    effects: tuple[Effect, ...] = ()  # done first, in order
+
+    @property
+    def moves(self) -> tuple[Move, ...]:
+        return tuple(e for e in self.effects if isinstance(e, Move))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadQuota(Action):
+    """Read the region's GPU quota for the step's tier: answer with :class:`QuotaRead`."""
+
+    position: int
+    step: Step
+    location: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadResource(Action):
+    """Read the persistent resource and the job's fit on it: answer with :class:`ResourceRead`."""
+
+    position: int
+    step: Step
+    location: str
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submit(Action):
+    """Create the job (the ledger's submission key, or a new one): :class:`Created` or :class:`CreateRefused`."""
+
+    position: int
+    step: Step
+    location: str
+    max_wait: timedelta | None = None  # FLEX_START: clipped to the deadline
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitForJob(Action):
+    """Keep the bound in the ledger, then wait for the job: :class:`JobEnded`."""
+
+    job_name: str
+    running_by: float | None = None  # epoch seconds by which it must first be RUNNING
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReAttach(Action):
+    """Wait for the job an earlier try submitted, under the bound that try kept: :class:`JobEnded`."""
+
+    job_name: str
+    running_by: float | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitForCapacity(Action):
+    """Note when the wait began, then wait for free replicas: :class:`CapacityEnded`."""
+
+    position: int
+    step: Step
+    location: str
+    name: str
+    wait: timedelta | None  # None: for ever
+
+
+@dataclass(frozen=True, kw_only=True)
+class Succeed(Action):
+    job_name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fail(Action):
+    failure: Failure
+
+
+# ---------------------------------------------------------------------------------------- decide
+
+
+def decide(plan: Plan, state: State, event: PlanEvent) -> Action:
+    """The next action of the plan, given what the ledger holds and what just happened."""
+    if isinstance(event, TryStarted):
+        return _try_started(plan, state, event)
+    if isinstance(event, QuotaRead):
+        return _quota_read(plan, state, event)
+    if isinstance(event, ResourceRead):
+        return _resource_read(plan, state, event)
+    if isinstance(event, Created):
+        return _created(plan, state, event)
+    if isinstance(event, CreateRefused):
+        _, location = plan.at(state.position)
+        close = _no_job(plan, state, "QUOTA_EXCEEDED", event.text, event.now)
+        return _fall_back(plan, state.position, _quota_failure(plan, "refused at create", event.message, location),
+                          event.now, (close,))
+    if isinstance(event, JobEnded):
+        return _job_ended(plan, state, event, earlier_try=False)
+    if isinstance(event, CapacityEnded):
+        return _capacity_ended(plan, state, event)
+    raise TypeError(f"not a plan event: {event!r}")
+
+
+def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | None, str | None]:
+    """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run)."""
+    if plan.deadline is None:
+        return None, None
+    deadline = plan.deadline
+    left = deadline - now
+    needed = plan.expected_run_time or timedelta(0)
+    if left <= needed:
+        return None, (f"deadline {deadline.isoformat()}: {max(left, timedelta(0))} left, the job needs "
+                      f"{needed} to run: {step.strategy} skipped")
+    wait = left - needed
+    if isinstance(step, FlexStartStep):
+        if wait < MIN_FLEX_START_WAIT:
+            return None, (f"deadline {deadline.isoformat()}: only {wait} would be left to wait for FLEX_START "
+                          f"capacity (less than {MIN_FLEX_START_WAIT}): FLEX_START skipped")
+        own = step.max_wait_duration
+        return (wait if not own or own > wait else own), None
+    return wait, None
+
+
+def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
+    found = event.found
+    if found is None:
+        return _start(plan, state.position, event.now)
+    if found.ended is not None:  # e.g. succeeded unwatched, or cancelled by a clear: see _job_ended
+        note = Note("info", f"previous try's job {found.job_name} already ended {found.state}")
+        as_of_now = replace(found.ended, now=event.now)  # what follows (a new job?) is decided as of this try's start
+        return _job_ended(plan, state, as_of_now, earlier_try=True, effects=(note,))
+    same = "" if state.running_by is None else " (with the same bound on its time before RUNNING)"
+    return ReAttach(job_name=found.job_name, running_by=state.running_by, why=state.running_why, effects=(
+        Note("info", f"re-attaching to {found.job_name} ({found.state}), submitted by an earlier try{same}"),))
+
+
+def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...] = ()) -> Action:
+    """Run the plan from ``position``: skip what the deadline rules out, read a persistent
+    resource first, else the quota (when the preflight is on), else submit."""
+    step, location = plan.at(position)
+    max_wait, why_not = deadline_budget(plan, step, now)
+    if why_not:
+        return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
+    if isinstance(step, PersistentResourceStep):
+        return ReadResource(position=position, step=step, location=location,
+                            name=plan.resource_name(step, location), effects=effects)
+    if plan.quota_preflight:
+        return ReadQuota(position=position, step=step, location=location, effects=effects)
+    return Submit(position=position, step=step, location=location, max_wait=max_wait, effects=effects)
+
+
+def _fall_back(plan: Plan, position: int, failure: Failure, now: datetime, effects: tuple[Effect, ...]) -> Action:
+    """A capacity outcome at ``position``: run the plan from the next one, or fail with
+    ``failure`` when the plan is spent (with what the last step ran into)."""
+    nxt = position + 1
+    if nxt >= len(plan.positions):
+        return Fail(failure=failure, effects=effects)
+    (from_step, from_location), (to_step, to_location) = plan.at(position), plan.at(nxt)
+    move = Move(position, nxt, failure, from_step, from_location, to_step, to_location)
+    return _start(plan, nxt, now, (*effects, move))
+
+
+def _quota_read(plan: Plan, state: State, event: QuotaRead) -> Action:
+    position = state.position
+    step, location = plan.at(position)
+    if event.too_low:
+        close = _no_job(plan, state, "QUOTA_TOO_LOW", event.too_low, event.now)
+        return _fall_back(plan, position, Failure("QuotaTooLow", f"{step.strategy} skipped: {event.too_low}"),
+                          event.now, (close,))
+    effects: tuple[Effect, ...] = ()
+    if event.unreadable:  # the preflight must never be the reason a job that would run does not
+        effects = (Note("warning", f"could not read the GPU quota of {plan.project} in {location} (Cloud Quotas API "
+                                   "unreachable, or no permission cloudquotas.quotas.get): submitting without the "
+                                   "quota preflight"),)
+    # the budget again, as of now: the read took time, and a FLEX_START wait is clipped to what is left
+    max_wait, why_not = deadline_budget(plan, step, event.now)
+    if why_not:
+        return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), event.now, effects)
+    return Submit(position=position, step=step, location=location, max_wait=max_wait, effects=effects)
+
+
+def _resource_read(plan: Plan, state: State, event: ResourceRead) -> Action:
+    position = state.position
+    step, location = plan.at(position)
+    if event.state in ("ERROR", "STOPPING"):
+        close = _no_job(plan, state, f"RESOURCE_{event.state}", event.error, event.now)
+        failure = Failure("PersistentResourceUnavailable", f"persistent resource {event.name} is {event.state}",
+                          None, event.error)
+        return _fall_back(plan, position, failure, event.now, (close,))
+    if event.mismatches:  # the spec cannot run there at all: bad input, not a capacity outcome
+        return Fail(failure=Failure("InvalidTrainingSpec", f"job for persistent resource {step.resource_id!r}",
+                                    violations=event.mismatches))
+    if event.state == "RUNNING" and event.runs_now:
+        return Submit(position=position, step=step, location=location)
+    left, _ = deadline_budget(plan, step, event.now)
+    if plan.deadline is not None and left is None:  # passed since the step began: no time left to wait
+        left = timedelta(0)
+    waits = [w for w in (step.capacity_wait_timeout, left) if w is not None]
+    wait = min(waits) if waits else None
+    shortages = "".join(f"; pool {pool} has {free} of {wanted} replicas free" for pool, free, wanted in event.shortages)
+    note = Note("info", f"persistent resource {event.name} is {event.state}{shortages}: waiting up to "
+                        f"{wait or 'ever'} for capacity")
+    return WaitForCapacity(position=position, step=step, location=location, name=event.name, wait=wait,
+                           effects=(note,))
+
+
+def _created(plan: Plan, state: State, event: Created) -> Action:
+    """The job exists: wait for it, bounded from its submission (:func:`plans.running_bound`)."""
+    step, location = plan.at(state.position)
+    bound = running_bound(step, event.now, plan.deadline, plan.expected_run_time)
+    note = Note("info", f"submitted {event.job_name} ({step.describe()} in {location}, attempt "
+                        f"{len(state.attempts) + 1})")
+    return WaitForJob(job_name=event.job_name, running_by=bound[0].timestamp() if bound else None,
+                      why=bound[1] if bound else None, effects=(note,))
+
+
+def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
+               effects: tuple[Effect, ...] = ()) -> Action:
+    """Decide on a finished job; ``earlier_try``: it was found, finished, at this try's start."""
+    kind, name, said = event.kind, event.job_name, event.job_error
+    if kind is Event.ERROR:
+        return Fail(failure=Failure("VertexUnreachable", event.message or "Vertex AI unreachable", name),
+                    effects=effects)
+    # a job an earlier try submitted (this try re-attached to it, or found it finished)
+    reattached = earlier_try or state.job_try != event.try_number
+    index = state.position
+    step, location = plan.at(index)
+    bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.running_bound)  # our cancel, past the bound
+    shown: dict[str, Any] = {}
+    if kind is Event.QUOTA_EXCEEDED or bounded:  # visible as such, not as the job's FAILED / CANCELLED
+        shown = {"state": "QUOTA_EXCEEDED" if kind is Event.QUOTA_EXCEEDED else "CAPACITY_TIMEOUT",
+                 "error": event.message or said}
+    preemptions = event.restarts + (1 if kind is Event.PREEMPTED else 0)
+    close = Close(index, location, step.strategy, kind.value, job_name=name, restarts=event.restarts,
+                  preemptions=preemptions, completed=kind is Event.SUCCEEDED, **shown)
+    effects = (*effects, close)
+    if kind is Event.SUCCEEDED:
+        return Succeed(job_name=name or "", effects=effects)
+    if kind is Event.CANCELLED:
+        if reattached:
+            # An earlier try's job: a user cleared or failed that try, and its trigger's on_kill
+            # cancelled the job (possibly after this try re-attached to it). This try trains anew.
+            note = Note("info", f"the job {name} an earlier try submitted was cancelled (the task was cleared or "
+                                "marked failed): submitting a new one")
+            return _start(plan, index, event.now, (*effects, note))
+        return Fail(failure=Failure("TrainingJobCancelled", "the job was cancelled outside this task", name, said),
+                    effects=effects)
+    if kind is Event.FAILED:  # the user's code (or a timeout): never resubmitted, never falls back
+        return Fail(failure=Failure("TrainingJobFailed", "the training job failed (not a capacity problem: not "
+                                                         "resubmitted)", name, said), effects=effects)
+    if kind is Event.PREEMPTED and isinstance(step, SpotStep):
+        preempted_here = state.preempted_at(index) + 1  # with this attempt
+        if preempted_here <= step.max_preemption_retries:
+            note = Note("warning", f"{name} was preempted past the service's restarts: resubmitting "
+                                   f"({preempted_here} of {step.max_preemption_retries}), resuming from the "
+                                   f"checkpoints in {plan.checkpoints or '(no base_output_dir!)'}")
+            return Submit(position=index, step=step, location=location, effects=(*effects, note))
+        failure = Failure("PreemptionBudgetExhausted", f"SPOT job preempted past the service's restarts "
+                          f"{preempted_here} time(s); max_preemption_retries={step.max_preemption_retries} spent",
+                          name, said)
+    elif bounded:
+        failure = Failure("CapacityWaitExpired", f"{step.strategy} job not RUNNING within its bound "
+                          f"({event.running_bound}): cancelled", name, event.message)
+    elif kind is Event.CAPACITY_TIMEOUT:
+        # Named from the job's own spec: an EXPIRED job carries no error message to quote.
+        waited = f"maxWaitDuration ({format_duration(event.max_wait)})" if event.max_wait is not None \
+            else "maxWaitDuration"
+        failure = Failure("CapacityWaitExpired", f"FLEX_START capacity never came: the job waited its {waited} "
+                          "without getting all its GPUs at once", name, said or f"the job ended {event.job_state}")
+    elif kind is Event.QUOTA_EXCEEDED:
+        failure = _quota_failure(plan, f"{name} FAILED for quota", said, location)
+    elif kind is Event.PREEMPTED:  # on a step that is not SPOT: the service gave up for want of capacity
+        failure = Failure("CapacityUnavailable", f"{step.strategy}: no capacity, the service gave up after its own "
+                          "retries (stockout)", name, said)
+    else:
+        failure = Failure("CapacityUnavailable", f"the job ended by {kind.value}", name, said)
+    return _fall_back(plan, index, failure, event.now, effects)
+
+
+def _capacity_ended(plan: Plan, state: State, event: CapacityEnded) -> Action:
+    position = state.position
+    step, location = plan.at(position)
+    if event.kind is Event.CAPACITY_AVAILABLE:
+        return Submit(position=position, step=step, location=location,
+                      effects=(Note("info", f"capacity is free ({event.message}): submitting"),))
+    if event.kind is Event.ERROR:
+        return Fail(failure=Failure("VertexUnreachable", event.message or "Vertex AI unreachable"))
+    timed_out = event.kind is Event.CAPACITY_TIMEOUT
+    close = _no_job(plan, state, "CAPACITY_TIMEOUT" if timed_out else "RESOURCE_UNAVAILABLE", event.message, event.now)
+    failure = Failure("PersistentCapacityTimeout" if timed_out else "PersistentResourceUnavailable",
+                      f"persistent resource {step.resource_id} "
+                      f"{'stayed busy past its capacity wait' if timed_out else 'cannot take the job'}",
+                      None, event.message)
+    return _fall_back(plan, position, failure, event.now, (close,))
+
+
+def _no_job(plan: Plan, state: State, shown: str, error: str | None, now: datetime) -> Close:
+    """An attempt that never got a job (a busy or failed persistent pool, a quota refusal)."""
+    step, location = plan.at(state.position)
+    waited = (now - state.waiting_since).total_seconds() if state.waiting_since else 0.0
+    return Close(state.position, location, step.strategy, Event.CAPACITY_TIMEOUT.value, state=shown, error=error,
+                 waited=waited)
+
+
+def _quota_failure(plan: Plan, how: str, message: str | None, location: str) -> Failure:
+    """The service's own quota verdict (a 429 at create, a pipeline FAILED code 8): the same
+    remedy as the preflight's, so the same error type once the plan is spent."""
+    return Failure("QuotaTooLow", f"the GPU quota is too low for this job in {location}: {how} by Vertex AI; "
+                   + increase_hint(message or "", location, plan.project), None, message)
