@@ -22,19 +22,22 @@ from tests.conftest import LOCATION, PROJECT, load_seed
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "airflow_gpu_sched"
-LAYERS = ("vertex", "orchestration", "triggers", "operators", "emulator", "tools")
+LAYERS = ("vertex", "orchestration", "hooks", "triggers", "operators", "emulator", "tools")
 # layer -> the layers it may import (the package's own modules only), and how it may import airflow
 RULES = {
     "vertex": ({"vertex"}, "inside functions"),
     "orchestration": ({"vertex", "orchestration"}, "anywhere"),
+    "hooks": ({"vertex", "hooks"}, "anywhere"),
     "triggers": ({"vertex", "orchestration", "triggers"}, "anywhere"),
-    "operators": ({"vertex", "orchestration", "triggers", "operators"}, "anywhere"),
+    "operators": ({"vertex", "orchestration", "hooks", "triggers", "operators"}, "anywhere"),
     "emulator": ({"vertex", "emulator"}, "never"),
     "tools": ({"vertex", "emulator", "tools"}, "never"),
 }
-# the top-level modules outside the layers: the provider's entry point, and the re-exports kept
-# for old imports (each may import the one module it re-exports)
-TOP_LEVEL = {f"{PACKAGE}": set(), f"{PACKAGE}.provider": set(),
+# the top-level modules outside the layers: the provider's entry point (which reads the data modules
+# of the connection form and the config option), and the re-exports kept for old imports (each may
+# import the one module it re-exports)
+TOP_LEVEL = {f"{PACKAGE}": set(),
+             f"{PACKAGE}.provider": {f"{PACKAGE}.hooks.connection_form", f"{PACKAGE}.orchestration.failure_patterns"},
              f"{PACKAGE}.client": {f"{PACKAGE}.vertex.client"},
              f"{PACKAGE}.plans": {f"{PACKAGE}.orchestration.plans"},
              f"{PACKAGE}.errors": {f"{PACKAGE}.orchestration.errors"}}
