@@ -60,8 +60,9 @@ def get_provider_info() -> dict:
         "triggers": [{"integration-name": INTEGRATION,
                       "python-modules": ["airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity"]}],
         "operators": [{"integration-name": INTEGRATION,
-                       "python-modules": ["airflow_gpu_sched.operators.base", "airflow_gpu_sched.operators.flex_start",
-                                          "airflow_gpu_sched.operators.spot", "airflow_gpu_sched.operators.persistent"]}],
+                       "python-modules": ["airflow_gpu_sched.operators.base",  # GpuTrainingOperator
+                                          "airflow_gpu_sched.operators.flex_start", "airflow_gpu_sched.operators.spot",
+                                          "airflow_gpu_sched.operators.persistent"]}],
         "integrations": [{"integration-name": INTEGRATION,
                           "external-doc-url": "https://cloud.google.com/vertex-ai/docs/training/overview",
                           "tags": ["gcp"]}],
