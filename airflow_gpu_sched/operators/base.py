@@ -127,7 +127,7 @@ class VertexTrainingOperator(BaseOperator):
         (preemptible for FLEX_START and SPOT, on-demand for STANDARD) from the Cloud Quotas API
         and fail (or, in a plan, skip the step) when the job needs more; an unreadable quota only
         warns. ``False`` turns it off.
-    :param gcp_conn_id: Airflow connection (``google_cloud_platform`` type; extra
+    :param gcp_conn_id: Airflow connection (``google_cloud_platform`` or ``vertex_gpu_sched`` type; extra
         ``api_endpoint`` points at another root, e.g. the emulator).
     :param deferrable: wait in the triggerer (default) or poll in the worker.
     :param poll_interval: seconds between polls.
