@@ -3,6 +3,7 @@ connection of our own type and for an existing ``google_cloud_platform`` one, un
 
 from __future__ import annotations
 
+import socket
 from datetime import datetime, timezone
 
 import pytest
@@ -74,3 +75,22 @@ def test_a_client_without_a_location_is_refused_before_the_connection_is_read():
         hook.get_client()
     assert VertexTrainingHook.default_conn_name == "google_cloud_default"  # the operators' default
     assert VertexTrainingHook.conn_name_attr == "gcp_conn_id"
+
+
+def test_the_ui_test_button_lists_a_job_and_reports_what_went_wrong(vertex_conn, monkeypatch):
+    from airflow_gpu_sched.hooks.vertex_training import VertexTrainingHook
+
+    set_connection_env(monkeypatch, "vertex_training", "vertex_gpu_sched",
+                       {"project": PROJECT, "api_endpoint": vertex_conn.url})
+    assert VertexTrainingHook("vertex_training").test_connection() == (
+        True, f"Listed custom jobs of project {PROJECT!r} in us-central1")
+    vertex_conn.set_auth(access_token="a-token-the-connection-has-not", require_token=True)
+    ok, message = VertexTrainingHook("vertex_training").test_connection()
+    assert not ok and "401" in message and "a-token" not in message, message
+    vertex_conn.set_auth()
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    set_connection_env(monkeypatch, "unreachable", "vertex_gpu_sched", {"project": PROJECT, "api_endpoint": closed})
+    ok, message = VertexTrainingHook("unreachable", location="europe-west4").test_connection()
+    assert not ok and message.startswith("VertexTransportError") and "europe-west4" in message, message

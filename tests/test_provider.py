@@ -59,6 +59,7 @@ def test_the_providers_manager_lists_the_hook_connection_types_and_their_form(ai
     manager = ProvidersManager()
     hooks = ProvidersManagerTaskRuntime().hooks  # what Connection.get_hook() reads in a task
     own = hooks["vertex_gpu_sched"]
+    assert own.connection_testable  # the form gets a Test button
     assert (own.hook_class_name, own.connection_id_attribute_name, own.package_name) == (
         f"{HOOK}.VertexTrainingHook", "gcp_conn_id", "airflow-gpu-sched")
     gcp = hooks["google_cloud_platform"]

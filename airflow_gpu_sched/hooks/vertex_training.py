@@ -26,6 +26,8 @@ from airflow_gpu_sched.hooks.connection_form import GOOGLE_CONN_TYPE, OWN_CONN_T
 if TYPE_CHECKING:
     from airflow_gpu_sched.vertex.client import AsyncVertexClient, VertexClient
 
+PROBE_LOCATION = "us-central1"  # where the UI's Test button lists jobs when the hook has no location
+
 
 class VertexTrainingHook(BaseHook):
     """Hands out :class:`~airflow_gpu_sched.vertex.client.VertexClient` (blocking) and
@@ -79,6 +81,20 @@ class VertexTrainingHook(BaseHook):
 
         return await AsyncVertexClient.afrom_connection(self.gcp_conn_id, location=self._location(location),
                                                         **kwargs)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The UI's Test button (when ``[core] test_connection`` allows it): list one custom job,
+        which checks the endpoint, the credentials and the project's permission at once. One
+        attempt, no retries: the form waits for the answer."""
+        from airflow_gpu_sched.vertex.client import RetryPolicy
+
+        location = self.location or PROBE_LOCATION
+        try:
+            with self.get_client(location=location, retry=RetryPolicy(deadline=0), timeout=15) as client:
+                client.list_custom_jobs_page(page_size=1)  # one request (list_custom_jobs is lazy)
+        except Exception as exc:  # shown in the form; the client's errors carry no credential
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, f"Listed custom jobs of project {client.project!r} in {location}"
 
 
 class GoogleCloudConnectionHook(VertexTrainingHook):
