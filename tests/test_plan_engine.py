@@ -144,7 +144,7 @@ EXPECTED = {
     **{(k, "start"): "read quota {k}@us-central1".format(k=k) for k in KINDS if k != "PERSISTENT_RESOURCE"},
     ("PERSISTENT_RESOURCE", "start"): "read resource pool-a",
     **{(k, "succeeded"): "close succeeded; succeed" for k in KINDS},
-    **{(k, "failed-user-code"): "close failed; fail TrainingJobFailed" for k in KINDS},
+    **{(k, "failed-user-code"): "close failed; fail TrainingJobFailedNoRetry" for k in KINDS},
     **{(k, "cancelled-by-someone-else"): "close cancelled; fail TrainingJobCancelled" for k in KINDS},
     ("PERSISTENT_RESOURCE", "cancelled-earlier-try"): "close cancelled; read resource pool-a",
     **{(k, "cancelled-earlier-try"): f"close cancelled; read quota {k}@us-central1" for k in KINDS
@@ -543,7 +543,7 @@ def test_random_runs_keep_the_invariants_of_a_training_task(data):
         furthest = position
         world.check_deadline(event, action)
         if isinstance(event, JobEnded) and event.kind is Event.FAILED:  # the user's code
-            assert isinstance(action, Fail) and action.failure.kind == "TrainingJobFailed"
+            assert isinstance(action, Fail) and action.failure.kind == "TrainingJobFailedNoRetry"
             assert not action.moves and position == position_before
         if isinstance(action, Fail) and action.failure.kind == "VertexUnreachable":
             event = world.new_try()  # Airflow retries; the job (if any) lives on and is re-attached to

@@ -3,8 +3,11 @@
 ```
 AirflowException
 ├── GpuTrainingError                  the training job did not succeed
-│   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout)
-│   ├── TrainingJobCancelled              someone cancelled the job outside this task
+│   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout);
+│   │   │                                 raised as such (Airflow retries: a new job) only with
+│   │   │                                 retry_on_user_code_failure=True
+│   │   └── TrainingJobFailedNoRetry (+ AirflowFailException)   the default: the failed run is not repeated
+│   ├── TrainingJobCancelled (+ AirflowFailException)   someone cancelled the job outside this task
 │   ├── CapacityWaitExpired               a capacity wait ran out: FLEX_START's maxWaitDuration, or a step's
 │   │                                     capacity_wait_timeout / the deadline before the job first ran
 │   ├── PreemptionBudgetExhausted         SPOT: preempted past the service's restarts, max_preemption_retries times
@@ -13,11 +16,15 @@ AirflowException
 │   ├── CapacityUnavailable               another capacity outcome (e.g. a STANDARD stockout)
 │   ├── QuotaTooLow                       the region's GPU quota for the tier is below what the job needs: found by
 │   │                                     the preflight, or by Vertex AI (a 429 at create, a pipeline FAILED code 8)
-│   ├── DeadlineExceeded                  no step of the plan can finish before the plan's deadline
+│   ├── DeadlineExceeded (+ AirflowFailException)   no step of the plan can finish before the plan's deadline
 │   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
 └── AirflowFailException (no Airflow retry: retrying cannot help)
     └── InvalidTrainingSpec               the spec breaks a rule; raised before any GPU is requested
 ```
+``(+ AirflowFailException)``: also a subclass of Airflow's no-retry exception, so Airflow fails
+the task at once whatever its ``retries`` (a retry cannot change the outcome), while ``except
+TrainingJobCancelled`` still catches it. Which outcome an Airflow retry acts on, and how: the
+retry table in ``docs/operators.md``.
 Every message carries the job name and the service's ``error.message`` where there is one.
 With a capacity plan, the capacity errors are raised only when the plan has no step left.
 
@@ -41,7 +48,12 @@ class TrainingJobFailed(GpuTrainingError):
     pass
 
 
-class TrainingJobCancelled(GpuTrainingError):
+class TrainingJobFailedNoRetry(TrainingJobFailed, AirflowFailException):
+    """The user's code failed (or ran out its timeout) and the operator was not told to retry
+    that (``retry_on_user_code_failure``): a run of many GPUs for hours is not repeated by habit."""
+
+
+class TrainingJobCancelled(GpuTrainingError, AirflowFailException):
     pass
 
 
@@ -69,7 +81,7 @@ class CapacityUnavailable(GpuTrainingError):
     pass
 
 
-class DeadlineExceeded(GpuTrainingError):
+class DeadlineExceeded(GpuTrainingError, AirflowFailException):
     pass
 
 
