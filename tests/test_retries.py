@@ -58,40 +58,43 @@ def _quota(emulator, metric: str, limit: int) -> None:
 
 
 # (row of the table, emulator set-up, operator arguments, something done while it runs,
-#  jobs created in all, the task's final state, its last try)
+#  jobs created in all, the task's final state, its last try, the error it failed with)
 ROWS = [
-    ("spec error", None, dict(labels={"team": "{{ 'ML Team' }}"}), None, 0, "failed", 1),
-    ("user-code failure", None, dict(env={"EMULATOR_EXIT_CODE": "1"}), None, 1, "failed", 1),
+    ("spec error", None, dict(labels={"team": "{{ 'ML Team' }}"}), None, 0, "failed", 1, None),
+    ("user-code failure", None, dict(env={"EMULATOR_EXIT_CODE": "1"}), None, 1, "failed", 1,
+     "TrainingJobFailedNoRetry"),
     ("user-code failure, retry_on_user_code_failure=True", None,
-     dict(env={"EMULATOR_EXIT_CODE": "1"}, retry_on_user_code_failure=True), None, 3, "failed", 3),
-    ("job timeout", None, dict(timeout="10s"), None, 1, "failed", 1),  # the job runs 30 s
+     dict(env={"EMULATOR_EXIT_CODE": "1"}, retry_on_user_code_failure=True), None, 3, "failed", 3, "TrainingJobFailed"),
+    ("job timeout", None, dict(timeout="10s"), None, 1, "failed", 1, "TrainingJobFailedNoRetry"),  # it runs 30 s
     ("job cancelled from outside the task", None, dict(env={"EMULATOR_RUN_SECONDS": "3000"}),
-     _cancel_when_running, 1, "failed", 1),
-    ("deadline passed", None, dict(deadline=datetime(2020, 1, 1, tzinfo=timezone.utc)), None, 0, "failed", 1),
+     _cancel_when_running, 1, "failed", 1, "TrainingJobCancelled"),
+    ("deadline passed", None, dict(deadline=datetime(2020, 1, 1, tzinfo=timezone.utc)), None, 0, "failed", 1,
+     "DeadlineExceeded"),
     ("capacity wait expired (FLEX_START)", lambda e: e.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0),
-     dict(strategy="FLEX_START", step={"max_wait_duration": "60s"}), None, 3, "failed", 3),
+     dict(strategy="FLEX_START", step={"max_wait_duration": "60s"}), None, 3, "failed", 3, "CapacityWaitExpired"),
     ("the bound before RUNNING", lambda e: e.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0),
-     dict(step={"capacity_wait_timeout": 0.5}), None, 3, "failed", 3),
+     dict(step={"capacity_wait_timeout": 0.5}), None, 3, "failed", 3, "CapacityWaitExpired"),
     ("preemption budget spent", lambda e: e.reset({**FAST, "spotPreemptionsPerHour": 360000, "maxServiceRestarts": 0}),
-     dict(step={"max_preemption_retries": 0}, env={"EMULATOR_RUN_SECONDS": "3000"}), None, 3, "failed", 3),
+     dict(step={"max_preemption_retries": 0}, env={"EMULATOR_RUN_SECONDS": "3000"}), None, 3, "failed", 3,
+     "PreemptionBudgetExhausted"),
     ("STANDARD stockout", lambda e: e.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0,
                                                    standard_stockout_seconds=60),
-     dict(strategy="STANDARD"), None, 3, "failed", 3),
+     dict(strategy="STANDARD"), None, 3, "failed", 3, "CapacityUnavailable"),
     # a retry goes on where the plan stopped (its last position): 2 jobs, then 1 per retry
     ("plan spent", lambda e: e.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0),
      dict(plan=[{"strategy": "FLEX_START", "max_wait_duration": "60s"},
-                {"strategy": "SPOT", "capacity_wait_timeout": 0.5}]), None, 4, "failed", 3),
-    ("quota too low (preflight)", lambda e: _quota(e, PREEMPTIBLE_A100, 0), {}, None, 0, "failed", 3),
+                {"strategy": "SPOT", "capacity_wait_timeout": 0.5}]), None, 4, "failed", 3, "CapacityWaitExpired"),
+    ("quota too low (preflight)", lambda e: _quota(e, PREEMPTIBLE_A100, 0), {}, None, 0, "failed", 3, "QuotaTooLow"),
     ("quota exceeded at create (429)", lambda e: e.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=0),
-     dict(strategy="STANDARD", quota_preflight=False), None, 0, "failed", 3),
+     dict(strategy="STANDARD", quota_preflight=False), None, 0, "failed", 3, "QuotaTooLow"),
     ("pipeline FAILED on quota", lambda e: _quota(e, PREEMPTIBLE_A100, 0),
-     dict(quota_preflight=False, **PIPELINE), None, 3, "failed", 3),
+     dict(quota_preflight=False, **PIPELINE), None, 3, "failed", 3, "QuotaTooLow"),
 ]
 
 
-@pytest.mark.parametrize("row, setup, kwargs, during, jobs, state, tries", ROWS, ids=[r[0] for r in ROWS])
+@pytest.mark.parametrize("row, setup, kwargs, during, jobs, state, tries, error", ROWS, ids=[r[0] for r in ROWS])
 def test_what_a_retry_does_after_each_way_a_training_task_ends(airflow, row, setup, kwargs, during, jobs, state,
-                                                               tries):
+                                                               tries, error):
     from airflow.sdk import DAG
 
     if setup:
@@ -106,6 +109,8 @@ def test_what_a_retry_does_after_each_way_a_training_task_ends(airflow, row, set
         helper.join()
     assert (result["train"].state, result["train"].try_number) == (state, tries)
     assert _created(airflow) == jobs
+    ledger = result.task_state_store.get("train", {}).get("airflow_gpu_sched.ledger") or {}
+    assert (ledger.get("failed") or {}).get("kind") == error  # what the last try raised
 
 
 def _clear_faults_once_the_first_try_failed(emulator):

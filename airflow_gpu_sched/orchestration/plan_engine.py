@@ -188,7 +188,8 @@ PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, Created, CreateRefused, J
 
 # ---------------------------------------------------------------------------------------- outputs
 
-FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobCancelled", "CapacityWaitExpired", "PreemptionBudgetExhausted",
+FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobCancelled", "CapacityWaitExpired",
+                      "PreemptionBudgetExhausted",
                       "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
                       "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
 
