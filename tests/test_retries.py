@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.airflow_harness import run_dag
-from tests.conftest import FAST, LOCATION, PROJECT
+from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
@@ -57,6 +57,12 @@ def _quota(emulator, metric: str, limit: int) -> None:
     emulator.set_quota_limit(metric, limit, region=LOCATION)
 
 
+def _pool_in_error(emulator):
+    emulator.reset(with_a100_pool("pool-a"))
+    emulator.set_resource_state(f"projects/{PROJECT}/locations/{LOCATION}/persistentResources/pool-a", "ERROR",
+                                "the pool's VMs could not be created")
+
+
 # (row of the table, emulator set-up, operator arguments, something done while it runs,
 #  jobs created in all, the task's final state, its last try, the error it failed with)
 ROWS = [
@@ -87,6 +93,9 @@ ROWS = [
     ("quota too low (preflight)", lambda e: _quota(e, PREEMPTIBLE_A100, 0), {}, None, 0, "failed", 3, "QuotaTooLow"),
     ("quota exceeded at create (429)", lambda e: e.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=0),
      dict(strategy="STANDARD", quota_preflight=False), None, 0, "failed", 3, "QuotaTooLow"),
+    ("persistent resource in ERROR", _pool_in_error, dict(strategy="PERSISTENT_RESOURCE",
+                                                         step={"persistent_resource_id": "pool-a"}),
+     None, 0, "failed", 3, "PersistentResourceUnavailable"),
     ("pipeline FAILED on quota", lambda e: _quota(e, PREEMPTIBLE_A100, 0),
      dict(quota_preflight=False, **PIPELINE), None, 3, "failed", 3, "QuotaTooLow"),
 ]
