@@ -178,3 +178,32 @@ def test_the_errors_a_retry_cannot_change_are_airflows_no_retry_exception():
     assert {name for name, cls in every.items() if issubclass(cls, AirflowFailException)} == NO_RETRY
     assert issubclass(ERRORS["TrainingJobFailedNoRetry"], TrainingJobFailed)  # `except TrainingJobFailed` holds
     assert issubclass(TrainingJobCancelled, AirflowFailException)
+
+
+class _Ti:
+    """What the operator reads of Airflow's task instance: the try number and max_tries."""
+
+    def __init__(self, try_number: int, max_tries: int):
+        self.try_number, self.max_tries, self.map_index = try_number, max_tries, -1
+
+    def xcom_push(self, key, value):
+        pass
+
+
+def test_after_a_user_code_failure_a_retry_fails_again_and_a_clear_trains_anew(fast_emulator):
+    """Sync mode, one task state store across the tries: try 2 is a retry (its process died
+    before Airflow saw try 1 fail), try 3 follows a clear (Airflow set max_tries = 2 + retries)."""
+    from airflow_gpu_sched.orchestration.errors import TrainingJobFailedNoRetry
+    from tests.test_operators import Store
+
+    op = _operator(env={"EMULATOR_EXIT_CODE": "1"}, deferrable=False)  # retries=2
+    store = Store()
+    for ti in (_Ti(1, max_tries=2), _Ti(2, max_tries=2)):
+        with pytest.raises(TrainingJobFailedNoRetry, match="retry_on_user_code_failure=False"):
+            op.execute({"task_state_store": store, "ti": ti})
+        assert _created(fast_emulator) == 1  # the retry made no job
+    with pytest.raises(TrainingJobFailedNoRetry):
+        op.execute({"task_state_store": store, "ti": _Ti(3, max_tries=4)})  # cleared: first try since is 3
+    assert _created(fast_emulator) == 2
+    ledger = store.data["airflow_gpu_sched.ledger"]
+    assert ledger["failed"]["try"] == 3 and len(ledger["attempts"]) == 1  # a new training run
