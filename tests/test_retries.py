@@ -120,6 +120,8 @@ def test_what_a_retry_does_after_each_way_a_training_task_ends(airflow, row, set
     assert _created(airflow) == jobs
     ledger = result.task_state_store.get("train", {}).get("airflow_gpu_sched.ledger") or {}
     assert (ledger.get("failed") or {}).get("kind") == error  # what the last try raised
+    # every job is an attempt of one training run: no retry was taken for a clear (a new run)
+    assert len([a for a in ledger.get("attempts", []) if a["job_name"]]) == jobs
 
 
 def _clear_faults_once_the_first_try_failed(emulator):
@@ -207,3 +209,29 @@ def test_after_a_user_code_failure_a_retry_fails_again_and_a_clear_trains_anew(f
     assert _created(fast_emulator) == 2
     ledger = store.data["airflow_gpu_sched.ledger"]
     assert ledger["failed"]["try"] == 3 and len(ledger["attempts"]) == 1  # a new training run
+
+
+SEEN: list[tuple[int, int | None]] = []  # (try, first try since the last clear), as each try read them
+
+
+def test_airflow_retries_read_as_tries_of_one_clear_cycle(airflow):
+    """What TryStarted.first_try rests on: Airflow's max_tries stays put across its own retries."""
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    class Recording(GpuTrainingOperator):
+        def _first_try(self, context):
+            first = super()._first_try(context)
+            SEEN.append((context["ti"].try_number, first))
+            return first
+
+    SEEN.clear()
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    with DAG("cycle", schedule=None, start_date=START) as dag:
+        Recording(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+                  poll_interval=0.02, retries=2, retry_delay=timedelta(0),
+                  plan=[{"strategy": "SPOT", "capacity_wait_timeout": 0.5}], **A100)
+    result = run_dag(dag, logical_date=START)
+    assert result["train"].try_number == 3
+    assert SEEN == [(1, 1), (2, 1), (3, 1)]
