@@ -30,6 +30,7 @@ from airflow_gpu_sched.orchestration.plan_engine import (
     NewRun,
     Note,
     Plan,
+    Rewind,
     QuotaRead,
     ReadQuota,
     ReadResource,
@@ -333,8 +334,9 @@ TWO = plan_of(SpotStep(), StandardStep(locations=(THERE,)), quota_preflight=Fals
     ("TrainingJobCancelled", 1, "fail TrainingJobCancelled"),
     ("DeadlineExceeded", 1, "fail DeadlineExceeded"),
     ("TrainingJobFailed", 1, "submit STANDARD@us-east4"),  # retry_on_user_code_failure: a new job, same step
-    ("CapacityWaitExpired", 1, "submit STANDARD@us-east4"),  # where the plan stopped
-    ("QuotaTooLow", 1, "submit STANDARD@us-east4"),
+    ("CapacityWaitExpired", 1, "rewind; submit SPOT@us-central1"),  # the plan was spent: again from its start
+    ("QuotaTooLow", 1, "rewind; submit SPOT@us-central1"),
+    ("PreemptionBudgetExhausted", 1, "rewind; submit SPOT@us-central1"),
     ("VertexUnreachable", 1, "submit STANDARD@us-east4"),
     ("InvalidTrainingSpec", 1, "submit STANDARD@us-east4"),  # its rules are checked again, before this
     ("TrainingJobFailedNoRetry", 2, "new run; submit SPOT@us-central1"),  # cleared after try 1: a rerun
@@ -345,7 +347,8 @@ TWO = plan_of(SpotStep(), StandardStep(locations=(THERE,)), quota_preflight=Fals
 def test_a_try_after_a_failed_one_fails_again_goes_on_or_starts_anew(kind, first_try, expected):
     state = State(position=1, failure=Failure(kind, "why", JOB), failed_try=1)
     action = decide(TWO, state, TryStarted(now=NOW, try_number=2, first_try=first_try))
-    words = ["new run" for e in action.effects if isinstance(e, NewRun)] + [_what(action)]
+    words = [{NewRun: "new run", Rewind: "rewind"}[type(e)] for e in action.effects if isinstance(e, (NewRun, Rewind))]
+    words.append(_what(action))
     assert "; ".join(words) == expected
     if isinstance(action, Fail):
         assert action.failure == state.failure  # the same error, word for word

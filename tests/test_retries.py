@@ -86,10 +86,10 @@ ROWS = [
     ("STANDARD stockout", lambda e: e.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0,
                                                    standard_stockout_seconds=60),
      dict(strategy="STANDARD"), None, 3, "failed", 3, "CapacityUnavailable"),
-    # a retry goes on where the plan stopped (its last position): 2 jobs, then 1 per retry
+    # a retry runs the plan again from its first step: 2 jobs a try
     ("plan spent", lambda e: e.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0),
      dict(plan=[{"strategy": "FLEX_START", "max_wait_duration": "60s"},
-                {"strategy": "SPOT", "capacity_wait_timeout": 0.5}]), None, 4, "failed", 3, "CapacityWaitExpired"),
+                {"strategy": "SPOT", "capacity_wait_timeout": 0.5}]), None, 6, "failed", 3, "CapacityWaitExpired"),
     ("quota too low (preflight)", lambda e: _quota(e, PREEMPTIBLE_A100, 0), {}, None, 0, "failed", 3, "QuotaTooLow"),
     ("quota exceeded at create (429)", lambda e: e.set_quota(LOCATION, "NVIDIA_TESLA_A100", standard=0),
      dict(strategy="STANDARD", quota_preflight=False), None, 0, "failed", 3, "QuotaTooLow"),

@@ -418,6 +418,8 @@ class VertexTrainingOperator(BaseOperator):
             self._close_attempt(ledger, effect, ended)
         elif isinstance(effect, engine.NewRun):
             ledger.new_run()
+        elif isinstance(effect, engine.Rewind):
+            ledger.move_to(0)
         elif isinstance(effect, engine.Move):
             self.log.warning(effect.text)
             signals.fell_back(self, effect.record())

@@ -22,7 +22,8 @@ bound before RUNNING (:func:`plans.running_bound`), the earlier-try rules (re-at
 active job; a cancelled job an earlier try submitted means the task was cleared: train anew; a
 job that ended unwatched is processed as its trigger would have reported it; after a failure a
 retry cannot change (:data:`NO_RETRY`) a later try fails again, unless the task was cleared
-since (:meth:`TryStarted.cleared_since`): then a new training run), and that only a
+since (:meth:`TryStarted.cleared_since`): then a new training run; a retry after the plan was
+spent runs it again from its first step), and that only a
 capacity outcome advances the plan. Every log line, error message and attempt state is worded
 here, with the decision it belongs to.
 
@@ -199,6 +200,10 @@ FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "Training
 # earlier try's process died before Airflow saw its failure) fails again instead of training.
 NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobCancelled", "DeadlineExceeded",
                                       "InvalidTrainingSpec"})
+# The capacity outcomes that end a plan when no step is left: a retry (retry_delay later, when
+# capacity or quota may have come back) runs the plan again from its first step, the preferred one.
+PLAN_SPENT: frozenset[str] = frozenset({"CapacityWaitExpired", "PreemptionBudgetExhausted", "CapacityUnavailable",
+                                        "PersistentResourceUnavailable", "PersistentCapacityTimeout", "QuotaTooLow"})
 
 
 def failure_text(message: str, job_name: str | None = None, job_error: str | None = None) -> str:
@@ -278,7 +283,13 @@ class NewRun:
     from its first step, a new submission key, no attempts), as after a clear of a success."""
 
 
-Effect = Union[Note, Close, Move, NewRun]
+@dataclass(frozen=True)
+class Rewind:
+    """A retry after the plan was spent: the ledger's position goes back to the first step (the
+    attempts stay: one training run; a SPOT step's preemption budget stays counted)."""
+
+
+Effect = Union[Note, Close, Move, NewRun, Rewind]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -415,6 +426,10 @@ def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
             return Fail(failure=failure, effects=(Note("warning", (
                 f"try {state.failed_try} failed with {failure.kind}, which a retry cannot change: failing again, "
                 "no new job (clear the task to run it anew)")),))
+        if failure is not None and failure.kind in PLAN_SPENT and state.position > 0:
+            return _start(plan, 0, event.now, (Rewind(), Note("info", (
+                f"try {state.failed_try} ended the plan ({failure.kind}): this retry runs it again from its first "
+                "step"))))
         return _start(plan, state.position, event.now)
     if found.ended is not None:  # e.g. succeeded unwatched, or cancelled by a clear: see _job_ended
         note = Note("info", f"previous try's job {found.job_name} already ended {found.state}")
