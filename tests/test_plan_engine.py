@@ -27,8 +27,10 @@ from airflow_gpu_sched.orchestration.plan_engine import (
     Found,
     JobEnded,
     Move,
+    NewRun,
     Note,
     Plan,
+    Rewind,
     QuotaRead,
     ReadQuota,
     ReadResource,
@@ -40,6 +42,7 @@ from airflow_gpu_sched.orchestration.plan_engine import (
     TryStarted,
     WaitForCapacity,
     WaitForJob,
+    Failure,
     decide,
     failure_text,
 )
@@ -144,7 +147,7 @@ EXPECTED = {
     **{(k, "start"): "read quota {k}@us-central1".format(k=k) for k in KINDS if k != "PERSISTENT_RESOURCE"},
     ("PERSISTENT_RESOURCE", "start"): "read resource pool-a",
     **{(k, "succeeded"): "close succeeded; succeed" for k in KINDS},
-    **{(k, "failed-user-code"): "close failed; fail TrainingJobFailed" for k in KINDS},
+    **{(k, "failed-user-code"): "close failed; fail TrainingJobFailedNoRetry" for k in KINDS},
     **{(k, "cancelled-by-someone-else"): "close cancelled; fail TrainingJobCancelled" for k in KINDS},
     ("PERSISTENT_RESOURCE", "cancelled-earlier-try"): "close cancelled; read resource pool-a",
     **{(k, "cancelled-earlier-try"): f"close cancelled; read quota {k}@us-central1" for k in KINDS
@@ -318,6 +321,73 @@ def test_a_busy_pool_waits_no_longer_than_the_deadline_allows_and_counts_the_wai
     timeout = decide(plan, State(waiting_since=NOW), CapacityEnded(now=NOW + timedelta(minutes=10),
                                                                     kind=Event.CAPACITY_TIMEOUT))
     assert timeout.effects[0].waited == 600.0 and timeout.effects[0].state == "CAPACITY_TIMEOUT"
+
+
+# ---------------------------------------------------------------------------------------- retries and clears
+# A try that starts after a failed one: a retry (first_try at or before the failed try) or a
+# clear since (first_try after it). Plan of two steps, the earlier try stopped at the second.
+TWO = plan_of(SpotStep(), StandardStep(locations=(THERE,)), quota_preflight=False)
+
+
+@pytest.mark.parametrize("kind, first_try, expected", [
+    ("TrainingJobFailedNoRetry", 1, "fail TrainingJobFailedNoRetry"),  # try 2 is a retry: no new job
+    ("TrainingJobCancelled", 1, "fail TrainingJobCancelled"),
+    ("DeadlineExceeded", 1, "fail DeadlineExceeded"),
+    ("TrainingJobFailed", 1, "submit STANDARD@us-east4"),  # retry_on_user_code_failure: a new job, same step
+    ("CapacityWaitExpired", 1, "rewind; submit SPOT@us-central1"),  # the plan was spent: again from its start
+    ("QuotaTooLow", 1, "rewind; submit SPOT@us-central1"),
+    ("PreemptionBudgetExhausted", 1, "rewind; submit SPOT@us-central1"),
+    ("VertexUnreachable", 1, "submit STANDARD@us-east4"),
+    ("InvalidTrainingSpec", 1, "submit STANDARD@us-east4"),  # its rules are checked again, before this
+    ("TrainingJobFailedNoRetry", 2, "new run; submit SPOT@us-central1"),  # cleared after try 1: a rerun
+    ("TrainingJobCancelled", 2, "new run; submit SPOT@us-central1"),
+    ("CapacityWaitExpired", 2, "new run; submit SPOT@us-central1"),
+    ("TrainingJobFailedNoRetry", None, "fail TrainingJobFailedNoRetry"),  # Airflow did not say: a retry
+])
+def test_a_try_after_a_failed_one_fails_again_goes_on_or_starts_anew(kind, first_try, expected):
+    state = State(position=1, failure=Failure(kind, "why", JOB), failed_try=1)
+    action = decide(TWO, state, TryStarted(now=NOW, try_number=2, first_try=first_try))
+    words = [{NewRun: "new run", Rewind: "rewind"}[type(e)] for e in action.effects if isinstance(e, (NewRun, Rewind))]
+    words.append(_what(action))
+    assert "; ".join(words) == expected
+    if isinstance(action, Fail):
+        assert action.failure == state.failure  # the same error, word for word
+        assert "clear the task to run it anew" in action.effects[0].text
+
+
+@pytest.mark.parametrize("opted_in, first_try, expected", [
+    (False, 1, "close failed; fail TrainingJobFailedNoRetry"),
+    (True, 1, "close failed; submit STANDARD@us-east4"),
+    (False, 2, "close failed; new run; submit SPOT@us-central1"),
+])
+def test_an_earlier_trys_job_found_failed_is_retried_only_when_told_or_after_a_clear(opted_in, first_try, expected):
+    plan = plan_of(SpotStep(), StandardStep(locations=(THERE,)), quota_preflight=False,
+                   retry_on_user_code_failure=opted_in)
+    found = Found(job_name=JOB, state="JOB_STATE_FAILED", ended=ended(Event.FAILED, try_number=1))
+    action = decide(plan, State(position=1, job_name=JOB, job_try=1),
+                    TryStarted(now=NOW, try_number=2, found=found, first_try=first_try))
+    words = []
+    for effect in action.effects:
+        if isinstance(effect, Close):
+            words.append(f"close {effect.outcome}")
+        elif isinstance(effect, NewRun):
+            words.append("new run")
+    assert "; ".join([*words, _what(action)]) == expected
+
+
+def test_a_user_code_failure_raises_the_retryable_error_only_when_opted_in():
+    failed = ended(Event.FAILED, job_error="exited with a non-zero status of 1")
+    default = decide(plan_of(SpotStep()), ACTIVE, failed)
+    opted = decide(plan_of(SpotStep(), retry_on_user_code_failure=True), ACTIVE, failed)
+    assert (default.failure.kind, opted.failure.kind) == ("TrainingJobFailedNoRetry", "TrainingJobFailed")
+    assert "retry_on_user_code_failure=False" in str(default.failure)
+
+
+def test_the_state_reads_the_earlier_trys_failure():
+    state = State.of({"failed": {"kind": "TrainingJobCancelled", "message": "m", "job_name": JOB, "detail": "d",
+                                 "try": 3}})
+    assert (state.failure, state.failed_try) == (Failure("TrainingJobCancelled", "m", JOB, "d"), 3)
+    assert State.of({}).failure is None
 
 
 def test_the_state_reads_the_ledgers_data():
@@ -543,7 +613,7 @@ def test_random_runs_keep_the_invariants_of_a_training_task(data):
         furthest = position
         world.check_deadline(event, action)
         if isinstance(event, JobEnded) and event.kind is Event.FAILED:  # the user's code
-            assert isinstance(action, Fail) and action.failure.kind == "TrainingJobFailed"
+            assert isinstance(action, Fail) and action.failure.kind == "TrainingJobFailedNoRetry"
             assert not action.moves and position == position_before
         if isinstance(action, Fail) and action.failure.kind == "VertexUnreachable":
             event = world.new_try()  # Airflow retries; the job (if any) lives on and is re-attached to

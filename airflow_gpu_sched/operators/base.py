@@ -50,6 +50,7 @@ from airflow_gpu_sched.orchestration.errors import (
     QuotaTooLow,
     TrainingJobCancelled,
     TrainingJobFailed,
+    TrainingJobFailedNoRetry,
     VertexUnreachable,
 )
 from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType, get_job_type, job_type_of
@@ -133,6 +134,11 @@ class VertexTrainingOperator(BaseOperator):
     :param poll_interval: seconds between polls.
     :param transient_error_window: seconds of failing API calls (5xx, 429, network) tolerated
         before the task fails with :class:`VertexUnreachable`.
+    :param retry_on_user_code_failure: let an Airflow retry submit a new job after the job
+        failed for its code (or its ``timeout``): ``TrainingJobFailed``. Default False: the task
+        fails at once with ``TrainingJobFailedNoRetry`` (an ``AirflowFailException``), whatever
+        its ``retries``, since a failed run of many GPUs for hours is the cost of repeating it;
+        capacity, quota and API outcomes are retried either way (docs/operators.md, "Retries").
     :param fallback: steps tried after this operator's own when capacity does not come.
     :param regions_first: on a capacity outcome try the step's next region before the next step
         (default), or every step in one region before the next region.
@@ -194,6 +200,7 @@ class VertexTrainingOperator(BaseOperator):
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
         on_fallback: Any = None,
+        retry_on_user_code_failure: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -240,6 +247,7 @@ class VertexTrainingOperator(BaseOperator):
         self.on_capacity_acquired = on_capacity_acquired
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
+        self.retry_on_user_code_failure = bool(retry_on_user_code_failure)
         try:
             self.plan = parse_plan([*(plan if plan is not None else self.own_steps()), *(fallback or [])])
         except PlanError as exc:
@@ -262,7 +270,8 @@ class VertexTrainingOperator(BaseOperator):
 
         return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
                        deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
-                       quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir)
+                       quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir,
+                       retry_on_user_code_failure=self.retry_on_user_code_failure)
 
     def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
         """The plan's deadline. A timedelta counts from the data interval's end; in a manual
@@ -394,7 +403,10 @@ class VertexTrainingOperator(BaseOperator):
             if isinstance(action, engine.Succeed):
                 return self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
             if isinstance(action, engine.Fail):
-                raise _error(action.failure)
+                failure = action.failure  # kept: a later try tells a retry from a clear by it
+                ledger.note_failure(failure.kind, failure.message, failure.job_name, failure.detail,
+                                    _try_number(context))
+                raise _error(failure)
             event, ended = self._act(context, ledger, action)
 
     def _carry_out(self, ledger: SubmissionLedger, effect: engine.Effect, ended: _Ended | None) -> None:
@@ -404,6 +416,10 @@ class VertexTrainingOperator(BaseOperator):
             getattr(self.log, effect.level)(effect.text)
         elif isinstance(effect, engine.Close):
             self._close_attempt(ledger, effect, ended)
+        elif isinstance(effect, engine.NewRun):
+            ledger.new_run()
+        elif isinstance(effect, engine.Rewind):
+            ledger.move_to(0)
         elif isinstance(effect, engine.Move):
             self.log.warning(effect.text)
             signals.fell_back(self, effect.record())
@@ -470,7 +486,14 @@ class VertexTrainingOperator(BaseOperator):
             if existing.is_terminal():
                 event, ended = self._job_event(context, kind.event(resource))
             found = engine.Found(job_name=existing.name, state=existing.state.value, ended=event, by_key=by_key)
-        return engine.TryStarted(now=_now(), try_number=_try_number(context), found=found), ended
+        return engine.TryStarted(now=_now(), try_number=_try_number(context), found=found,
+                                 first_try=self._first_try(context)), ended
+
+    def _first_try(self, context: Context) -> int | None:
+        """The first try since the task instance was last cleared (a clear sets ``max_tries`` to
+        the tries so far plus ``retries``; Airflow reads it the same way)."""
+        max_tries = getattr(context.get("ti"), "max_tries", None)
+        return None if max_tries is None else int(max_tries) - (self.retries or 0) + 1
 
     def _find_existing(self, ledger: SubmissionLedger) -> tuple[Any, bool]:
         """The resource (of the job type) an earlier try submitted, if any; and whether it was
@@ -627,7 +650,7 @@ class _Ended:
 
 # The typed errors, by the name the plan's decisions give them (plan_engine returns no exception).
 ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
-    TrainingJobFailed, TrainingJobCancelled, CapacityWaitExpired, PreemptionBudgetExhausted,
+    TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobCancelled, CapacityWaitExpired, PreemptionBudgetExhausted,
     PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
     VertexUnreachable)}
 

@@ -3,8 +3,11 @@
 ```
 AirflowException
 ├── GpuTrainingError                  the training job did not succeed
-│   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout)
-│   ├── TrainingJobCancelled              someone cancelled the job outside this task
+│   ├── TrainingJobFailed                 the job FAILED for a reason that is not capacity (user code, timeout);
+│   │   │                                 raised as such (Airflow retries: a new job) only with
+│   │   │                                 retry_on_user_code_failure=True
+│   │   └── TrainingJobFailedNoRetry (+ AFE)   the default: the failed run is not repeated
+│   ├── TrainingJobCancelled (+ AFE)      someone cancelled the job outside this task
 │   ├── CapacityWaitExpired               a capacity wait ran out: FLEX_START's maxWaitDuration, or a step's
 │   │                                     capacity_wait_timeout / the deadline before the job first ran
 │   ├── PreemptionBudgetExhausted         SPOT: preempted past the service's restarts, max_preemption_retries times
@@ -13,11 +16,15 @@ AirflowException
 │   ├── CapacityUnavailable               another capacity outcome (e.g. a STANDARD stockout)
 │   ├── QuotaTooLow                       the region's GPU quota for the tier is below what the job needs: found by
 │   │                                     the preflight, or by Vertex AI (a 429 at create, a pipeline FAILED code 8)
-│   ├── DeadlineExceeded                  no step of the plan can finish before the plan's deadline
+│   ├── DeadlineExceeded (+ AFE)          no step of the plan can finish before the plan's deadline
 │   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
 └── AirflowFailException (no Airflow retry: retrying cannot help)
     └── InvalidTrainingSpec               the spec breaks a rule; raised before any GPU is requested
 ```
+``(+ AFE)``: also a subclass of ``AirflowFailException``, Airflow's no-retry exception, so Airflow fails
+the task at once whatever its ``retries`` (a retry cannot change the outcome), while ``except
+TrainingJobCancelled`` still catches it. Which outcome an Airflow retry acts on, and how: the
+retry table in ``docs/operators.md``.
 Every message carries the job name and the service's ``error.message`` where there is one.
 With a capacity plan, the capacity errors are raised only when the plan has no step left.
 
@@ -41,7 +48,12 @@ class TrainingJobFailed(GpuTrainingError):
     pass
 
 
-class TrainingJobCancelled(GpuTrainingError):
+class TrainingJobFailedNoRetry(TrainingJobFailed, AirflowFailException):
+    """The user's code failed (or ran out its timeout) and the operator was not told to retry
+    that (``retry_on_user_code_failure``): a run of many GPUs for hours is not repeated by habit."""
+
+
+class TrainingJobCancelled(GpuTrainingError, AirflowFailException):
     pass
 
 
@@ -69,14 +81,15 @@ class CapacityUnavailable(GpuTrainingError):
     pass
 
 
-class DeadlineExceeded(GpuTrainingError):
+class DeadlineExceeded(GpuTrainingError, AirflowFailException):
     pass
 
 
 class QuotaTooLow(GpuTrainingError):
     """The job needs more GPUs than the quota allows: from the preflight (before any create:
     names the metric, region, limit and need) or from the service's own refusal (names the
-    metric); both say how to ask for more. Retrying cannot help until the quota is raised."""
+    metric); both say how to ask for more. An Airflow retry reads the quota again (no GPU is held
+    meanwhile), so a quota raised before it lets the task run without a clear."""
 
 
 class InvalidTrainingSpec(AirflowFailException):

@@ -8,13 +8,18 @@ clears. The ledger holds one "training run" of the task:
      "attempts": [<finished attempt records>], "preemptions": n, "completed": false,
      "position": <index into the plan's (step, region) order>, "waiting_since": <when a
      capacity wait began, or null>, "running_bound": <{"by": epoch seconds, "why": text}: when
-     the current job must first be RUNNING, or null>}
+     the current job must first be RUNNING, or null>,
+     "failed": <{"kind", "message", "job_name", "detail", "try"}: the error the last failed try
+     raised, or null>}
 
 - Before a create, a fresh submission key is saved; it also goes on the job as a label, so a
   try that died between the create and saving the job name finds the job by label.
 - After the create, the job name is saved.
 - When the task succeeds, ``completed`` is set: a later try of the same task instance (a
   user clearing a task that succeeded) starts a new training run instead of re-attaching.
+- When a try fails, its error is kept (``failed``): the plan's engine tells from it and the
+  try numbers whether a later try is a retry (fail again if a retry cannot help) or follows a
+  clear (a new training run: :meth:`new_run`).
 Without a ``task_state_store`` (older Airflow), an in-memory one is used: no crash recovery.
 
 May import: nothing of this package; airflow only inside functions.
@@ -42,14 +47,18 @@ class _MemoryStore:
         self._data[key] = value
 
 
+def _fresh_run() -> dict[str, Any]:
+    return {"run": uuid.uuid4().hex, "submission_key": None, "job_name": None,
+            "attempts": [], "preemptions": 0, "completed": False, "position": 0}
+
+
 class SubmissionLedger:
     def __init__(self, store: Any | None):
         self.durable = store is not None
         self._store = store if store is not None else _MemoryStore()
         self.data: dict[str, Any] = dict(self._store.get(LEDGER_KEY) or {})
         if not self.data or self.data.get("completed"):
-            self.data = {"run": uuid.uuid4().hex, "submission_key": None, "job_name": None,
-                         "attempts": [], "preemptions": 0, "completed": False, "position": 0}
+            self.data = _fresh_run()
 
     @classmethod
     def from_context(cls, context: Any) -> SubmissionLedger:
@@ -79,10 +88,23 @@ class SubmissionLedger:
     def preemptions(self) -> int:
         return int(self.data.get("preemptions", 0))
 
+    def new_run(self) -> None:
+        """A new training run of the task (it was cleared after a failed try)."""
+        self.data = _fresh_run()
+        self.save()
+
+    def note_failure(self, kind: str, message: str, job_name: str | None, detail: str | None,
+                     try_number: int | None) -> None:
+        """The error this try fails with, for the next try to read."""
+        self.data["failed"] = {"kind": kind, "message": message, "job_name": job_name, "detail": detail,
+                               "try": try_number}
+        self.save()
+
     def new_submission(self) -> str:
-        """A fresh key for the next create, saved before the create is sent."""
+        """A fresh key for the next create, saved before the create is sent (an earlier try's
+        failure is history from here on)."""
         key = uuid.uuid4().hex
-        self.data.update(submission_key=key, job_name=None, running_bound=None)
+        self.data.update(submission_key=key, job_name=None, running_bound=None, failed=None)
         self.save()
         return key
 

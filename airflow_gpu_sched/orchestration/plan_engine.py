@@ -20,7 +20,10 @@ The rules that live here: the deadline (steps that cannot finish are skipped, a 
 wait is clipped to the time left), the quota preflight's skip, the preemption budget, the
 bound before RUNNING (:func:`plans.running_bound`), the earlier-try rules (re-attach to an
 active job; a cancelled job an earlier try submitted means the task was cleared: train anew; a
-job that ended unwatched is processed as its trigger would have reported it), and that only a
+job that ended unwatched is processed as its trigger would have reported it; after a failure a
+retry cannot change (:data:`NO_RETRY`) a later try fails again, unless the task was cleared
+since (:meth:`TryStarted.cleared_since`): then a new training run; a retry after the plan was
+spent runs it again from its first step), and that only a
 capacity outcome advances the plan. Every log line, error message and attempt state is worded
 here, with the decision it belongs to.
 
@@ -54,6 +57,7 @@ class Plan:
     expected_run_time: timedelta | None = None
     quota_preflight: bool = True
     checkpoints: str | None = None  # base_output_dir: a resubmission resumes from it
+    retry_on_user_code_failure: bool = False  # an Airflow retry after a user-code failure submits a new job
 
     @classmethod
     def of(cls, steps: list[Step], location: str, regions_first: bool = True, **knobs: Any) -> Plan:
@@ -78,12 +82,18 @@ class State:
     running_by: float | None = None  # the current job's bound before RUNNING (epoch seconds)
     running_why: str | None = None
     waiting_since: datetime | None = None  # when a persistent pool's capacity wait began
+    failure: Failure | None = None  # what an earlier try of this run failed with (the ledger's ``failed``)
+    failed_try: int | None = None  # the try that failed so
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> State:
         bound = data.get("running_bound") or {}
         since = data.get("waiting_since")
-        return cls(position=int(data.get("position", 0)),
+        failed = data.get("failed") or {}
+        failure = Failure(failed["kind"], failed.get("message", ""), failed.get("job_name"),
+                          failed.get("detail")) if failed.get("kind") else None
+        return cls(failure=failure, failed_try=failed.get("try"),
+                   position=int(data.get("position", 0)),
                    attempts=tuple((a.get("position"), a.get("outcome")) for a in data.get("attempts", [])),
                    job_name=data.get("job_name"), job_try=data.get("job_try"), running_by=bound.get("by"),
                    running_why=bound.get("why"), waiting_since=datetime.fromisoformat(since) if since else None)
@@ -126,6 +136,13 @@ class TryStarted:
     now: datetime
     try_number: int | None = None
     found: Found | None = None
+    # The first try since the task instance was last cleared (Airflow's ``max_tries - retries + 1``,
+    # as its TaskInstance.get_first_reschedule_date reads it): an earlier try before it was
+    # followed by a clear, a deliberate rerun; one at or after it, by an Airflow retry.
+    first_try: int | None = None
+
+    def cleared_since(self, try_number: int | None) -> bool:
+        return try_number is not None and self.first_try is not None and try_number < self.first_try
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,9 +189,21 @@ PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, Created, CreateRefused, J
 
 # ---------------------------------------------------------------------------------------- outputs
 
-FailureKind = Literal["TrainingJobFailed", "TrainingJobCancelled", "CapacityWaitExpired", "PreemptionBudgetExhausted",
+FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobCancelled", "CapacityWaitExpired",
+                      "PreemptionBudgetExhausted",
                       "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
                       "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
+
+
+# The failures an Airflow retry cannot change: their errors are AirflowFailExceptions (errors.py;
+# tests/test_retries.py checks the two agree), and a try that starts after one anyway (the
+# earlier try's process died before Airflow saw its failure) fails again instead of training.
+NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobCancelled", "DeadlineExceeded",
+                                      "InvalidTrainingSpec"})
+# The capacity outcomes that end a plan when no step is left: a retry (retry_delay later, when
+# capacity or quota may have come back) runs the plan again from its first step, the preferred one.
+PLAN_SPENT: frozenset[str] = frozenset({"CapacityWaitExpired", "PreemptionBudgetExhausted", "CapacityUnavailable",
+                                        "PersistentResourceUnavailable", "PersistentCapacityTimeout", "QuotaTooLow"})
 
 
 def failure_text(message: str, job_name: str | None = None, job_error: str | None = None) -> str:
@@ -248,7 +277,19 @@ class Move:
                 "to_location": self.to_location, "reason": str(self.failure)}
 
 
-Effect = Union[Note, Close, Move]
+@dataclass(frozen=True)
+class NewRun:
+    """The task was cleared after a failed try: the ledger starts a new training run (the plan
+    from its first step, a new submission key, no attempts), as after a clear of a success."""
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """A retry after the plan was spent: the ledger's position goes back to the first step (the
+    attempts stay: one training run; a SPOT step's preemption budget stays counted)."""
+
+
+Effect = Union[Note, Close, Move, NewRun, Rewind]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,11 +417,25 @@ def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | 
 def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
     found = event.found
     if found is None:
+        failure = state.failure
+        if failure is not None and event.cleared_since(state.failed_try):
+            return _start(plan, 0, event.now, (NewRun(), Note("info", (
+                f"try {state.failed_try} failed ({failure.kind}) and the task was cleared since: a new training "
+                "run from the plan's first step"))))
+        if failure is not None and failure.kind in NO_RETRY - {"InvalidTrainingSpec"}:  # its violations are re-found
+            return Fail(failure=failure, effects=(Note("warning", (
+                f"try {state.failed_try} failed with {failure.kind}, which a retry cannot change: failing again, "
+                "no new job (clear the task to run it anew)")),))
+        if failure is not None and failure.kind in PLAN_SPENT and state.position > 0:
+            return _start(plan, 0, event.now, (Rewind(), Note("info", (
+                f"try {state.failed_try} ended the plan ({failure.kind}): this retry runs it again from its first "
+                "step"))))
         return _start(plan, state.position, event.now)
     if found.ended is not None:  # e.g. succeeded unwatched, or cancelled by a clear: see _job_ended
         note = Note("info", f"previous try's job {found.job_name} already ended {found.state}")
         as_of_now = replace(found.ended, now=event.now)  # what follows (a new job?) is decided as of this try's start
-        return _job_ended(plan, state, as_of_now, earlier_try=True, effects=(note,))
+        return _job_ended(plan, state, as_of_now, earlier_try=True, effects=(note,),
+                          cleared=event.cleared_since(state.job_try))
     same = "" if state.running_by is None else " (with the same bound on its time before RUNNING)"
     return ReAttach(job_name=found.job_name, running_by=state.running_by, why=state.running_why, effects=(
         Note("info", f"re-attaching to {found.job_name} ({found.state}), submitted by an earlier try{same}"),))
@@ -467,8 +522,9 @@ def _created(plan: Plan, state: State, event: Created) -> Action:
 
 
 def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
-               effects: tuple[Effect, ...] = ()) -> Action:
-    """Decide on a finished job; ``earlier_try``: it was found, finished, at this try's start."""
+               effects: tuple[Effect, ...] = (), cleared: bool = False) -> Action:
+    """Decide on a finished job; ``earlier_try``: it was found, finished, at this try's start
+    (``cleared``: and the task was cleared since that job was submitted)."""
     kind, name, said = event.kind, event.job_name, event.job_error
     if kind is Event.ERROR:
         return Fail(failure=Failure("VertexUnreachable", event.message or "Vertex AI unreachable", name),
@@ -497,9 +553,22 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
             return _start(plan, index, event.now, (*effects, note))
         return Fail(failure=Failure("TrainingJobCancelled", "the job was cancelled outside this task", name, said),
                     effects=effects)
-    if kind is Event.FAILED:  # the user's code (or a timeout): never resubmitted, never falls back
-        return Fail(failure=Failure("TrainingJobFailed", "the training job failed (not a capacity problem: not "
-                                                         "resubmitted)", name, said), effects=effects)
+    if kind is Event.FAILED:  # the user's code (or a timeout): never resubmitted by the plan, never falls back
+        if earlier_try and (cleared or plan.retry_on_user_code_failure):
+            # An earlier try's job failed and no one saw it (its worker died): this try is the
+            # rerun a clear asks for, or the retry the operator was told to make.
+            why = "the task was cleared since" if cleared else "retry_on_user_code_failure=True"
+            note = Note("info", f"the job {name} an earlier try submitted failed ({why}): submitting a new one")
+            if cleared:
+                return _start(plan, 0, event.now, (*effects, NewRun(), note))
+            return _start(plan, index, event.now, (*effects, note))
+        if plan.retry_on_user_code_failure:
+            return Fail(failure=Failure("TrainingJobFailed", "the training job failed (not a capacity problem: not "
+                                        "resubmitted by the plan; an Airflow retry submits a new job, "
+                                        "retry_on_user_code_failure=True)", name, said), effects=effects)
+        return Fail(failure=Failure("TrainingJobFailedNoRetry", "the training job failed (not a capacity problem: "
+                                    "not resubmitted, not retried by Airflow: retry_on_user_code_failure=False)",
+                                    name, said), effects=effects)
     if kind is Event.PREEMPTED and isinstance(step, SpotStep):
         preempted_here = state.preempted_at(index) + 1  # with this attempt
         if preempted_here <= step.max_preemption_retries:
