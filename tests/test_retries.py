@@ -211,27 +211,25 @@ def test_after_a_user_code_failure_a_retry_fails_again_and_a_clear_trains_anew(f
     assert ledger["failed"]["try"] == 3 and len(ledger["attempts"]) == 1  # a new training run
 
 
-SEEN: list[tuple[int, int | None]] = []  # (try, first try since the last clear), as each try read them
+SEEN: list[tuple[int, int]] = []  # (try_number, max_tries) as Airflow handed each try and resume
 
 
 def test_airflow_retries_read_as_tries_of_one_clear_cycle(airflow):
-    """What TryStarted.first_try rests on: Airflow's max_tries stays put across its own retries."""
+    """What TryStarted.first_try rests on: across Airflow's own retries ``max_tries`` stays put, so
+    ``max_tries - retries + 1`` (the operator's first try since the last clear) is 1 in every try.
+    Read from Airflow's own callback, not from the operator."""
     from airflow.sdk import DAG
 
     from airflow_gpu_sched.operators import GpuTrainingOperator
 
-    class Recording(GpuTrainingOperator):
-        def _first_try(self, context):
-            first = super()._first_try(context)
-            SEEN.append((context["ti"].try_number, first))
-            return first
-
     SEEN.clear()
     airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
     with DAG("cycle", schedule=None, start_date=START) as dag:
-        Recording(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
-                  poll_interval=0.02, retries=2, retry_delay=timedelta(0),
-                  plan=[{"strategy": "SPOT", "capacity_wait_timeout": 0.5}], **A100)
+        GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+                            poll_interval=0.02, retries=2, retry_delay=timedelta(0),
+                            on_execute_callback=lambda ctx: SEEN.append((ctx["ti"].try_number, ctx["ti"].max_tries)),
+                            plan=[{"strategy": "SPOT", "capacity_wait_timeout": 0.5}], **A100)
     result = run_dag(dag, logical_date=START)
     assert result["train"].try_number == 3
-    assert SEEN == [(1, 1), (2, 1), (3, 1)]
+    assert sorted({try_number for try_number, _ in SEEN}) == [1, 2, 3]  # also called on each resume
+    assert {max_tries - 2 + 1 for _, max_tries in SEEN} == {1}  # one clear cycle: never read as a clear
