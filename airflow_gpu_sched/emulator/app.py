@@ -290,6 +290,8 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT
         # assertion is not checked: the emulator only hands out its one token)
         backend.stats["tokensIssued"] = backend.stats.get("tokensIssued", 0) + 1
+        form = {k: v[-1] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
+        auth.record_grant(form)
         return _json(auth.token_response())
 
     app.add_api_route("/token", token, methods=["POST"], include_in_schema=False)

@@ -13,7 +13,7 @@ an https endpoint: serve the emulator with TLS and point the key's ``token_uri``
 Counts go to the emulator's stats (``tokensIssued``, ``authorizedRequests`` (the source token),
 ``impersonatedRequests``, ``federatedRequests``, ``unknownAuthorization``); a token's value is
 compared, never stored in stats or logged. Records (``GET /emulator/v1/auth``) say what was
-asked (chains, audiences, secret names), never a token or a secret.
+asked (chains, audiences, secret names, the key that asked ``/token``), never a token or a secret.
 
 May import: nothing of this package; never airflow.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hmac
+import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class TokenIssuer:
     impersonations: list[dict] = field(default_factory=list)
     exchanges: list[dict] = field(default_factory=list)
     secret_accesses: list[dict] = field(default_factory=list)
+    grants: list[dict] = field(default_factory=list)
 
     def configure(self, body: dict) -> dict:
         for key, attr in (("accessToken", "access_token"), ("impersonatedToken", "impersonated_token"),
@@ -73,13 +75,26 @@ class TokenIssuer:
         self.require_token = bool(body.get("requireToken", False))
         self.reject_tokens = bool(body.get("rejectTokens", False))
         self.secrets = {name: str(value).encode() for name, value in (body.get("secrets") or {}).items()}
-        self.impersonations, self.exchanges, self.secret_accesses = [], [], []
+        self.impersonations, self.exchanges, self.secret_accesses, self.grants = [], [], [], []
         return {"requireToken": self.require_token, "rejectTokens": self.reject_tokens,
                 "secrets": sorted(self.secrets)}
 
     def records(self) -> dict:
         return {"impersonations": self.impersonations, "exchanges": self.exchanges,
-                "secretAccesses": self.secret_accesses}
+                "secretAccesses": self.secret_accesses, "grants": self.grants}
+
+    def record_grant(self, form: dict[str, str]) -> None:
+        """Who asked ``/token``: the ``iss`` of a JWT-bearer assertion (a service account's
+        email; the signature is not checked), so a test can tell which key was used."""
+        issuer = None
+        parts = (form.get("assertion") or "").split(".")
+        if len(parts) == 3:
+            try:
+                claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+                issuer = claims.get("iss") if isinstance(claims, dict) else None
+            except ValueError:
+                issuer = None
+        self.grants.append({"grantType": form.get("grant_type"), "issuer": issuer})
 
     def token_response(self) -> dict:
         return {"access_token": self.access_token, "expires_in": 3600, "token_type": "Bearer"}
