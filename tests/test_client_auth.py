@@ -251,7 +251,8 @@ def test_bad_secret_name_and_bad_config_name_the_field_and_echo_nothing():
 
 
 def test_keyfile_with_literal_backslash_n_is_repaired_as_the_google_provider_does():
-    settings = ConnectionSettings.from_extras({"keyfile_dict": {"private_key": "-----BEGIN-----\\nabc\\n-----END-----"}})
+    pasted = {"private_key": "-----BEGIN-----\\nabc\\n-----END-----"}
+    settings = ConnectionSettings.from_extras({"keyfile_dict": pasted})
     assert settings.keyfile_dict["private_key"] == "-----BEGIN-----\nabc\n-----END-----"
 
 
