@@ -262,3 +262,42 @@ def test_service_roots_follow_api_endpoint():
     assert sources.secret_url("p", "s", "us-central1-aiplatform.googleapis.com").startswith(
         "https://secretmanager.googleapis.com/v1/")
     assert sources.secret_url("p", "s", "https://127.0.0.1:8443").startswith("https://127.0.0.1:8443/v1/projects/p/")
+
+
+# --------------------------------------------------------------------------- through an operator
+
+
+@pytest.mark.parametrize("deferrable", [True, False])
+def test_operator_impersonation_chain_reaches_every_vertex_call_of_the_task_and_its_trigger(
+        airflow_db, tls, env, monkeypatch, deferrable):
+    """``impersonation_chain`` on the operator, under ``dag.test()``: the worker's create and the
+    trigger's polls (async client, or the worker's own polls) all carry the impersonated token."""
+    from datetime import datetime, timezone
+
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator
+    from tests.airflow_harness import run_dag, set_connection_env
+    from tests.conftest import FAST
+
+    url, control, tokens = env
+    control.reset(FAST)
+    control.set_auth(tokens["source"], require_token=True, impersonated_token=tokens["impersonated"])
+    monkeypatch.setenv("SSL_CERT_FILE", tls[1])  # httpx (the trigger's client) reads this one
+    key = _key(f"{url}/token", "source@auth-project.iam.gserviceaccount.com")
+    set_connection_env(monkeypatch, "gcp_impersonating", "google_cloud_platform",
+                       extra={"project": PROJECT, "api_endpoint": url, "keyfile_dict": json.dumps(key)})
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with DAG(f"impersonated_{deferrable}", schedule=None, start_date=start) as dag:
+        FlexStartTrainingOperator(
+            task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+            machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1,
+            max_wait_duration="1h", poll_interval=0.02, gcp_conn_id="gcp_impersonating",
+            impersonation_chain=[HOP, TARGET], deferrable=deferrable, quota_preflight=False)
+    result = run_dag(dag, logical_date=start)
+    assert result.state == "success"
+    calls, stats = _vertex_calls(control)
+    assert stats["jobsCreated"] == {"FLEX_START": 1}
+    assert calls > 2 and stats["impersonatedRequests"] == calls and not stats.get("authorizedRequests"), stats
+    assert {(r["target"], tuple(r["delegates"])) for r in control.auth_records()["impersonations"]} == {
+        (TARGET, (f"projects/-/serviceAccounts/{HOP}",))}
