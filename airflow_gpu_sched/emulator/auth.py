@@ -45,7 +45,7 @@ def _new(prefix: str) -> str:
 
 
 class StandInError(Exception):
-    """(http status, Google status, message) of a refused token-service call."""
+    """A refused token-service call: a Google status (IAM, Secret Manager) or an OAuth error code (STS)."""
 
     def __init__(self, status: str, message: str):
         super().__init__(message)

@@ -154,8 +154,6 @@ class ConnectionSettings:
         if is_loopback_http(self.api_endpoint):
             return None, []
         check_token_transport(self.api_endpoint)
-        import google.auth
-
         credentials, secrets = self._source_credentials()
         if self.impersonation_chain and not self.is_anonymous:
             credentials = sources.impersonate(credentials, self.impersonation_chain, self.scopes, self.api_endpoint)
