@@ -209,3 +209,20 @@ async def test_capacity_trigger_fails_on_a_resource_in_error(fast_emulator, pool
     fast_emulator.set_resource_state(pool, "ERROR", "the reservation was released")
     event = await _first(PersistentCapacityTrigger(pool, _pool_spec(), None, poll_interval=0.05))
     assert event["status"] == "failed" and "the reservation was released" in event["message"]
+
+
+def test_triggers_carry_the_impersonation_chain_and_still_read_kwargs_serialized_without_it():
+    """The operator's impersonation_chain reaches the triggerer; a trigger row written before
+    the argument existed (no such key) still loads, as no impersonation."""
+    import json
+
+    chain = ["hop@p.iam.gserviceaccount.com", "target@p.iam.gserviceaccount.com"]
+    name = f"projects/{PROJECT}/locations/{LOCATION}/customJobs/1"
+    for trigger in (CustomJobTrigger(name, impersonation_chain=tuple(chain)),
+                    PersistentCapacityTrigger(f"projects/{PROJECT}/locations/{LOCATION}/persistentResources/r", {},
+                                              None, impersonation_chain=tuple(chain))):
+        _, kwargs = trigger.serialize()
+        assert json.loads(json.dumps(kwargs))["impersonation_chain"] == chain
+        assert type(trigger)(**kwargs).impersonation_chain == chain
+        kwargs.pop("impersonation_chain")
+        assert type(trigger)(**kwargs).impersonation_chain is None

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from urllib.parse import parse_qs
 from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.api_errors import ApiError
-from airflow_gpu_sched.emulator.auth import TokenIssuer
+from airflow_gpu_sched.emulator.auth import StandInError, TokenIssuer
 from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
@@ -186,6 +187,47 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
     raise AssertionError(rpc)
 
 
+def _add_token_services(app: FastAPI, backend: Backend, auth: TokenIssuer) -> None:
+    """IAM Credentials, STS and Secret Manager stand-ins on the emulator's own host (real
+    Google serves them on iamcredentials/sts/secretmanager.googleapis.com): see emulator.auth."""
+
+    def count(stat: str) -> None:
+        backend.stats[stat] = backend.stats.get(stat, 0) + 1
+
+    async def generate_access_token(request: Request, account: str) -> Response:
+        try:
+            body = await _body(request)
+            answer = auth.generate_access_token(account, body, request.headers.get("authorization"))
+        except (ApiError, StandInError) as exc:
+            return _error(exc if isinstance(exc, ApiError) else ApiError(exc.status, exc.message))
+        count("tokensImpersonated")
+        return _json(answer)
+
+    async def exchange_token(request: Request) -> Response:
+        # RFC 8693 over a form body (what google-auth's sts client sends); errors in OAuth's shape
+        form = {k: v[-1] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
+        try:
+            answer = auth.exchange_token(form)
+        except StandInError as exc:
+            return _json({"error": exc.status, "error_description": exc.message}, 400)
+        count("tokensExchanged")
+        return _json(answer)
+
+    async def access_secret(request: Request, project: str, secret: str, version: str) -> Response:
+        try:
+            answer = auth.access_secret(project, secret, version, request.headers.get("authorization"))
+        except StandInError as exc:
+            return _error(ApiError(exc.status, exc.message))
+        count("secretsAccessed")
+        return _json(answer)
+
+    app.add_api_route("/v1/projects/-/serviceAccounts/{account}:generateAccessToken", generate_access_token,
+                      methods=["POST"], include_in_schema=False)
+    app.add_api_route("/v1/token", exchange_token, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/v1/projects/{project}/secrets/{secret}/versions/{version}:access", access_secret,
+                      methods=["GET"], include_in_schema=False)
+
+
 def create_app(backend: Backend | None = None) -> FastAPI:
     backend = backend or Backend()
     app = FastAPI(title="airflow-gpu-sched Vertex AI emulator", docs_url=None, redoc_url=None,
@@ -193,6 +235,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     app.state.backend = backend
     auth = app.state.auth = TokenIssuer()
     traffic = app.state.traffic = TrafficRecorder()
+    _add_token_services(app, backend, auth)  # before /v1/{path}: these paths are not Vertex methods
 
     async def vertex(request: Request, path: str) -> Response:
         found = match_route(request.method, path)
@@ -247,6 +290,8 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT
         # assertion is not checked: the emulator only hands out its one token)
         backend.stats["tokensIssued"] = backend.stats.get("tokensIssued", 0) + 1
+        form = {k: v[-1] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
+        auth.record_grant(form)
         return _json(auth.token_response())
 
     app.add_api_route("/token", token, methods=["POST"], include_in_schema=False)
@@ -309,6 +354,10 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     @control("POST", "auth")
     async def auth_settings(request: Request) -> dict:
         return auth.configure(await _body(request))
+
+    @control("GET", "auth")
+    async def auth_records(request: Request) -> dict:
+        return auth.records()
 
     @control("POST", "traffic:start")
     async def traffic_start(request: Request) -> dict:

@@ -79,11 +79,24 @@ class EmulatorControl:
         return self._call("GET", f"{job_name}:history")
 
     def set_auth(self, access_token: str | None = None, require_token: bool = False,
-                 reject_tokens: bool = False) -> dict:
-        """The token ``POST /token`` hands out; 401 for Vertex requests without it
-        (``require_token``) or for every one (``reject_tokens``)."""
+                 reject_tokens: bool = False, *, impersonated_token: str | None = None,
+                 federated_token: str | None = None, subject_token: str | None = None,
+                 secrets: dict[str, str] | None = None) -> dict:
+        """The token ``POST /token`` hands out; 401 for Vertex requests without an issued one
+        (``require_token``) or for every one (``reject_tokens``). Also the token IAM Credentials'
+        generateAccessToken hands out (``impersonated_token``), the one STS exchanges
+        ``subject_token`` for (``federated_token``), and Secret Manager's secrets
+        (``{"projects/P/secrets/S": payload}``). Clears the records of :meth:`auth_records`."""
         return self._call("POST", "auth", {"accessToken": access_token, "requireToken": require_token,
-                                           "rejectTokens": reject_tokens})
+                                           "rejectTokens": reject_tokens, "impersonatedToken": impersonated_token,
+                                           "federatedToken": federated_token, "subjectToken": subject_token,
+                                           "secrets": secrets or {}})
+
+    def auth_records(self) -> dict:
+        """What the token stand-ins were asked: ``impersonations`` (target, delegates, scope,
+        caller's token kind), ``exchanges`` (STS audience, subject token type, whether the subject
+        token matched), ``secretAccesses`` (name, version, caller); never a token or a secret."""
+        return self._call("GET", "auth")
 
     def stats(self) -> dict:
         return self._call("GET", "stats")

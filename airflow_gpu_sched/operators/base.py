@@ -130,6 +130,10 @@ class VertexTrainingOperator(BaseOperator):
         warns. ``False`` turns it off.
     :param gcp_conn_id: Airflow connection (``google_cloud_platform`` or ``vertex_gpu_sched`` type; extra
         ``api_endpoint`` points at another root, e.g. the emulator).
+    :param impersonation_chain: a service account to impersonate with short-lived credentials,
+        or a list whose last account is impersonated through the ones before it (each holds
+        Token Creator on the next), as in the Google provider's operators; wins over the
+        connection's ``impersonation_chain``. The triggers use it too.
     :param deferrable: wait in the triggerer (default) or poll in the worker.
     :param poll_interval: seconds between polls.
     :param transient_error_window: seconds of failing API calls (5xx, 429, network) tolerated
@@ -188,6 +192,7 @@ class VertexTrainingOperator(BaseOperator):
         parent_model: str | None = None,
         quota_preflight: bool = True,
         gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | list[str] | None = None,
         deferrable: bool = True,
         poll_interval: float = 30.0,
         transient_error_window: float = TRANSIENT_ERROR_WINDOW,
@@ -234,6 +239,7 @@ class VertexTrainingOperator(BaseOperator):
         self.parent_model = parent_model
         self.quota_preflight = quota_preflight
         self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
         self.transient_error_window = float(transient_error_window)
@@ -365,7 +371,8 @@ class VertexTrainingOperator(BaseOperator):
         # Transient errors (429, 5xx, network) are retried for the transient-error window.
         retry = RetryPolicy(initial=min(1.0, self.poll_interval), maximum=30.0, deadline=self.transient_error_window)
         return VertexClient.from_connection(self.gcp_conn_id, location=location or self.location,
-                                            project=self.project_id, retry=retry)
+                                            project=self.project_id, retry=retry,
+                                            impersonation_chain=self.impersonation_chain)
 
     # ------------------------------------------------------------------ validate -> loop(decide, act) -> result
 
@@ -575,7 +582,8 @@ class VertexTrainingOperator(BaseOperator):
         ledger = self._ledger if self._ledger is not None else SubmissionLedger.from_context(context)
         running_by, why = ledger.running_bound
         trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
-                                   running_by=running_by, bound_reason=why)
+                                   running_by=running_by, bound_reason=why,
+                                   impersonation_chain=self.impersonation_chain)
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
         return first_event(trigger)
@@ -587,7 +595,8 @@ class VertexTrainingOperator(BaseOperator):
 
         deadline = time.time() + wait.total_seconds() if wait is not None else None
         trigger = PersistentCapacityTrigger(resource_name, job_spec_json, deadline, self.gcp_conn_id,
-                                            self.poll_interval, self.transient_error_window)
+                                            self.poll_interval, self.transient_error_window,
+                                            impersonation_chain=self.impersonation_chain)
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_capacity")
         return first_event(trigger)

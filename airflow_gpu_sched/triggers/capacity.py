@@ -28,7 +28,8 @@ class PersistentCapacityTrigger(BaseTrigger):
 
     def __init__(self, resource_name: str, job_spec: dict[str, Any], deadline: float | None,
                  gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
-                 transient_error_window: float = TRANSIENT_ERROR_WINDOW):
+                 transient_error_window: float = TRANSIENT_ERROR_WINDOW,
+                 impersonation_chain: str | list[str] | None = None):
         super().__init__()
         self.resource_name = resource_name
         self.job_spec = job_spec
@@ -36,12 +37,14 @@ class PersistentCapacityTrigger(BaseTrigger):
         self.gcp_conn_id = gcp_conn_id
         self.poll_interval = float(poll_interval)
         self.transient_error_window = float(transient_error_window)
+        self.impersonation_chain = list(impersonation_chain) if isinstance(impersonation_chain, (list, tuple)) \
+            else impersonation_chain
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "resource_name": self.resource_name, "job_spec": self.job_spec, "deadline": self.deadline,
             "gcp_conn_id": self.gcp_conn_id, "poll_interval": self.poll_interval,
-            "transient_error_window": self.transient_error_window,
+            "transient_error_window": self.transient_error_window, "impersonation_chain": self.impersonation_chain,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -51,7 +54,7 @@ class PersistentCapacityTrigger(BaseTrigger):
 
         spec = CustomJobSpec.model_validate(self.job_spec)
         client = await async_client(self.resource_name, self.gcp_conn_id, self.poll_interval,
-                                    self.transient_error_window)
+                                    self.transient_error_window, self.impersonation_chain)
         watch = JobWatch(self.resource_name, self.transient_error_window)
         last_note = None
         while True:

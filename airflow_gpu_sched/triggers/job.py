@@ -27,14 +27,16 @@ def location_of(resource_name: str) -> str:
     return resource_name.split("/")[3]
 
 
-async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float, window: float):
+async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float, window: float,
+                       impersonation_chain: str | list[str] | None = None):
     """One async client per call site; its httpx pool is shared by every trigger in the loop."""
     from airflow_gpu_sched.vertex.client import AsyncVertexClient, RetryPolicy
 
     # One poll retries briefly on its own; the longer transient-error window is the watch's.
     deadline = min(max(10.0, poll_interval), window)
     retry = RetryPolicy(initial=min(1.0, poll_interval), maximum=10.0, deadline=deadline)
-    return await AsyncVertexClient.afrom_connection(gcp_conn_id, location=location_of(resource_name), retry=retry)
+    return await AsyncVertexClient.afrom_connection(gcp_conn_id, location=location_of(resource_name), retry=retry,
+                                                    impersonation_chain=impersonation_chain)
 
 
 BATCHED, PER_JOB = "batched", "per_job"
@@ -58,7 +60,8 @@ class CustomJobTrigger(BaseTrigger):
 
     def __init__(self, job_name: str, gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
                  transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0,
-                 polling: str = BATCHED, running_by: float | None = None, bound_reason: str | None = None):
+                 polling: str = BATCHED, running_by: float | None = None, bound_reason: str | None = None,
+                 impersonation_chain: str | list[str] | None = None):
         super().__init__()
         if polling not in (BATCHED, PER_JOB):
             raise ValueError(f"polling must be {BATCHED!r} or {PER_JOB!r} (got {polling!r})")
@@ -70,6 +73,8 @@ class CustomJobTrigger(BaseTrigger):
         self.polling = polling
         self.running_by = None if running_by is None else float(running_by)
         self.bound_reason = bound_reason
+        self.impersonation_chain = list(impersonation_chain) if isinstance(impersonation_chain, (list, tuple)) \
+            else impersonation_chain  # serializable as is
         self._cancel_note = ""
         self.job_type = job_type_of(job_name)
 
@@ -78,6 +83,7 @@ class CustomJobTrigger(BaseTrigger):
             "job_name": self.job_name, "gcp_conn_id": self.gcp_conn_id, "poll_interval": self.poll_interval,
             "transient_error_window": self.transient_error_window, "observed_restarts": self.observed_restarts,
             "polling": self.polling, "running_by": self.running_by, "bound_reason": self.bound_reason,
+            "impersonation_chain": self.impersonation_chain,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -146,7 +152,8 @@ class CustomJobTrigger(BaseTrigger):
 
         self._cancel_note = self._bound_message(view)
         self.log.warning(self._cancel_note)
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                    self.impersonation_chain)
         try:
             await cancel_quietly(client, self.job_name)
         except VertexError as exc:
@@ -166,7 +173,8 @@ class CustomJobTrigger(BaseTrigger):
         """One GET of the job (the shared poller tells only of changes), or the error of the call."""
         from airflow_gpu_sched.vertex.client import VertexError
 
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                    self.impersonation_chain)
         try:
             return await self.job_type.get(client, self.job_name)
         except VertexError as exc:
@@ -179,16 +187,20 @@ class CustomJobTrigger(BaseTrigger):
         if self.polling == BATCHED:
             from airflow_gpu_sched.triggers.poller import shared_poller
 
-            key = (self.gcp_conn_id, self.job_name.split("/")[1], location_of(self.job_name))
+            chain = self.impersonation_chain
+            identity = tuple(chain) if isinstance(chain, list) else chain  # another identity, another poller
+            key = (self.gcp_conn_id, identity, self.job_name.split("/")[1], location_of(self.job_name))
             poller = shared_poller(key, lambda: async_client(self.job_name, self.gcp_conn_id, self.poll_interval,
-                                                             self.transient_error_window), self.job_type)
+                                                             self.transient_error_window, self.impersonation_chain),
+                                   self.job_type)
             watcher = poller.watch(self.job_name, self.poll_interval)
             try:
                 while True:
                     yield await watcher.next()
             finally:  # cancelled, finished, or moved to another triggerer: leave cleanly
                 poller.unwatch(watcher)
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                    self.impersonation_chain)
         while True:
             try:
                 yield await self.job_type.get(client, self.job_name)
@@ -199,7 +211,8 @@ class CustomJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """A user marked the task failed/success or cleared it: cancel the job (never on a
         triggerer restart or redistribution; that is ``cleanup``, which we leave alone)."""
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window)
+        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                    self.impersonation_chain)
         self.log.info("task killed by a user: cancelling %s", self.job_name)
         await asyncio.wait_for(cancel_quietly(client, self.job_name), ON_KILL_TIMEOUT)
 

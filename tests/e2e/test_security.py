@@ -1,6 +1,8 @@
 """Secrets in a deployed Airflow: a planted service-account key and the bearer token it buys
 are used for real (the emulator serves https on loopback, so the client loads credentials and
-the key's token_uri is the emulator), and never show up in the run's output.
+the key's token_uri is the emulator), and never show up in the run's output. The same for an
+impersonated account's token (IAM Credentials generateAccessToken stand-in) and for workload
+identity federation (a planted config whose subject token the STS stand-in exchanges).
 
 The emulator counts requests that carried the issued token without storing it; the test then
 greps everything the run left: every file under AIRFLOW_HOME (task logs, trigger logs, the
@@ -31,6 +33,9 @@ from tests.e2e.harness import AirflowDeployment, PostgresCluster, _pg_versions, 
 pytestmark = pytest.mark.e2e
 
 DAG_ID = "e2e_security"
+WIF_AUDIENCE = "//iam.googleapis.com/projects/123456/locations/global/workloadIdentityPools/e2e/providers/ci"
+HOP = "hop@e2e-project.iam.gserviceaccount.com"  # as in dags/e2e_security_identities.py
+TARGET = "vertex-trainer@e2e-project.iam.gserviceaccount.com"
 FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
 
 
@@ -63,6 +68,9 @@ class Secrets:
     def __init__(self, token_uri: str):
         self.private_key = _pem(rsa.generate_private_key(public_exponent=65537, key_size=2048))
         self.token = "ya29.e2e-planted-" + secrets.token_urlsafe(32)
+        self.impersonated_token = "ya29.e2e-impersonated-" + secrets.token_urlsafe(32)
+        self.federated_token = "ya29.e2e-federated-" + secrets.token_urlsafe(32)
+        self.subject_token = "eyJ.e2e-subject-" + secrets.token_urlsafe(32)
         self.keyfile = {"type": "service_account", "project_id": "e2e-project",
                         "private_key_id": secrets.token_hex(20), "private_key": self.private_key,
                         "client_email": "trainer@e2e-project.iam.gserviceaccount.com",
@@ -71,9 +79,15 @@ class Secrets:
     def needles(self) -> dict[str, str]:
         # each 64-character line of the key's base64 body: a partial or re-encoded leak shows too
         body = [line for line in self.private_key.splitlines() if line and not line.startswith("-----")]
-        found = {"bearer token": self.token}
+        found = {"bearer token": self.token, "impersonated token": self.impersonated_token,
+                 "federated token": self.federated_token, "subject token": self.subject_token}
         found.update({f"private key line {i}": line for i, line in enumerate(body) if len(line) >= 40})
         return found
+
+    def auth(self, **overrides) -> dict:
+        """set_auth's arguments: every stand-in hands out its planted token; 401 without one."""
+        return {"access_token": self.token, "require_token": True, "impersonated_token": self.impersonated_token,
+                "federated_token": self.federated_token, "subject_token": self.subject_token, **overrides}
 
     def leaks(self, text: str) -> list[str]:
         return [what for what, needle in self.needles().items() if needle in text]
@@ -84,7 +98,8 @@ def secured(tmp_path_factory):
     if not pg_available():
         pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
     root = tmp_path_factory.mktemp("e2e-security")
-    dags = dags_folder(root, ("_e2e_task.py", "e2e_security.py", "e2e_security_masking.py"))
+    dags = dags_folder(root, ("_e2e_task.py", "e2e_security.py", "e2e_security_masking.py",
+                              "e2e_security_identities.py"))
     certfile, keyfile = _loopback_tls(root)
     # whatever the in-process emulator (and uvicorn) logs, at every level, goes to this file
     emulator_log = root / "emulator.log"
@@ -99,10 +114,18 @@ def secured(tmp_path_factory):
         control = EmulatorControl(emulator.url)
         control._session.verify, control._session.trust_env = certfile, False  # not the env CA bundle
         control.reset(FAST)
-        control.set_auth(planted.token, require_token=True)  # 401 for a Vertex call without the token
+        control.set_auth(**planted.auth())  # 401 for a Vertex call without an issued token
         extra = {"project": "e2e-project", "api_endpoint": emulator.url,
                  "keyfile_dict": json.dumps(planted.keyfile)}  # a JSON string, as the Google provider stores it
+        # workload identity federation: a config as gcloud writes it, its subject token in a file
+        (root / "oidc-token").write_text(planted.subject_token)
+        (root / "wif.json").write_text(json.dumps({
+            "type": "external_account", "audience": WIF_AUDIENCE, "token_url": f"{emulator.url}/v1/token",
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+            "credential_source": {"file": str(root / "oidc-token")}}))
+        wif = {"project": "e2e-project", "api_endpoint": emulator.url, "credential_config_file": str(root / "wif.json")}
         env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra}),
+               "AIRFLOW_CONN_GCP_WIF": json.dumps({"conn_type": "google_cloud_platform", "extra": wif}),
                "SSL_CERT_FILE": certfile, "REQUESTS_CA_BUNDLE": certfile}
         try:
             with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
@@ -123,10 +146,10 @@ def _dump_db(pg: PostgresCluster) -> str:
     return proc.stdout
 
 
-def _xcoms(airflow: AirflowDeployment, run_id: str) -> str:
+def _xcoms(airflow: AirflowDeployment, run_id: str, dag_id: str = DAG_ID) -> str:
     out = []
-    for ti in airflow.task_instances(DAG_ID, run_id):
-        base = f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/xcomEntries"
+    for ti in airflow.task_instances(dag_id, run_id):
+        base = f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/xcomEntries"
         for entry in airflow.api("GET", base)["xcom_entries"]:
             out.append(json.dumps(airflow.api("GET", f"{base}/{entry['key']}")))
     return "\n".join(out)
@@ -161,7 +184,7 @@ def test_planted_key_and_token_are_used_but_never_appear_in_the_run_output(secur
     XCom via the REST API, the 401 error of a revoked key, the emulator's logs."""
     airflow, planted = secured, secured.planted
     since = _component_log_sizes(airflow)
-    airflow.emulator.set_auth(planted.token, require_token=True)
+    airflow.emulator.set_auth(**planted.auth())
     ok_run = airflow.trigger(DAG_ID)
     assert airflow.wait(DAG_ID, ok_run, timeout=180) == "success", airflow.logs()[-20000:]
     stats = airflow.emulator.stats()
@@ -171,12 +194,12 @@ def test_planted_key_and_token_are_used_but_never_appear_in_the_run_output(secur
     assert stats["jobsCreated"] == {"FLEX_START": 1}
 
     # an error path: the key is revoked, every Vertex call answers 401; the message must not echo it
-    airflow.emulator.set_auth(planted.token, reject_tokens=True)
+    airflow.emulator.set_auth(**planted.auth(require_token=False, reject_tokens=True))
     try:
         failed_run = airflow.trigger(DAG_ID)
         assert airflow.wait(DAG_ID, failed_run, timeout=180) == "failed"
     finally:
-        airflow.emulator.set_auth(planted.token, require_token=True)
+        airflow.emulator.set_auth(**planted.auth())
     failure = _task_log(airflow, failed_run, "train")
     assert "UNAUTHENTICATED" in failure and "invalid authentication credentials" in failure, failure[-5000:]
 
@@ -190,6 +213,48 @@ def test_planted_key_and_token_are_used_but_never_appear_in_the_run_output(secur
     assert "gpu_hours" in outputs["XCom (REST API)"], outputs["XCom (REST API)"][:2000]
     assert "e2e_security" in outputs["metadata DB dump"]
     assert any(name.startswith("component-logs/") and text for name, text in outputs.items())
+    leaked = {name: planted.leaks(text) for name, text in outputs.items() if planted.leaks(text)}
+    assert not leaked, f"secrets found in: {leaked}"
+
+
+def test_impersonated_and_federated_identities_are_used_but_never_appear_in_the_run_output(secured, capfd):
+    """Two identities other than the key, through a deployed scheduler, worker and triggerer:
+    an operator's ``impersonation_chain`` (the key's token buys the target's at the
+    generateAccessToken stand-in, through the delegate) and a workload identity federation
+    config (the planted subject token is exchanged at the STS stand-in). Every Vertex call, the
+    triggerer's polls included, carried the impersonated resp. federated token and no other;
+    none of the tokens, nor the key, appears in logs, XCom, the DB dump or errors."""
+    airflow, planted = secured, secured.planted
+    since = _component_log_sizes(airflow)
+    runs = {}
+    for dag_id, kind in (("e2e_security_impersonated", "impersonatedRequests"),
+                         ("e2e_security_federated", "federatedRequests")):
+        airflow.emulator.reset(FAST)
+        airflow.emulator.set_auth(**planted.auth())
+        runs[dag_id] = run_id = airflow.trigger(dag_id)
+        assert airflow.wait(dag_id, run_id, timeout=180) == "success", airflow.logs()[-20000:]
+        stats, records = airflow.emulator.stats(), airflow.emulator.auth_records()
+        assert stats["jobsCreated"] == {"FLEX_START": 1}, stats
+        assert stats.get(kind) == sum(stats["requests"].values()) > 0, stats  # every Vertex call, that token
+        others = {"authorizedRequests", "impersonatedRequests", "federatedRequests", "unknownAuthorization"} - {kind}
+        assert not any(stats.get(k) for k in others), stats
+        if kind == "impersonatedRequests":
+            chains = {(r["target"], tuple(r["delegates"]), r["caller"]) for r in records["impersonations"]}
+            assert chains == {(TARGET, (f"projects/-/serviceAccounts/{HOP}",), "authorizedRequests")}, records
+        else:
+            assert records["exchanges"] and all(e["subjectTokenMatched"] and e["audience"] == WIF_AUDIENCE
+                                                for e in records["exchanges"]), records
+            assert not records["impersonations"] and not records["grants"], records
+        log = _task_log(airflow, run_id, "train", dag_id)
+        assert "submitted projects/e2e-project" in log, log[-3000:]
+
+    outputs = {"XCom (REST API)": "".join(_xcoms(airflow, run_id, dag_id) for dag_id, run_id in runs.items()),
+               "metadata DB dump": _dump_db(airflow.pg),
+               "emulator log": airflow.emulator_log.read_text(errors="replace"),
+               "pytest process output": "".join(capfd.readouterr())}
+    outputs.update(_home_files(airflow, since))
+    assert "gpu_hours" in outputs["XCom (REST API)"], outputs["XCom (REST API)"][:2000]
+    assert "e2e_security_federated" in outputs["metadata DB dump"]
     leaked = {name: planted.leaks(text) for name, text in outputs.items() if planted.leaks(text)}
     assert not leaked, f"secrets found in: {leaked}"
 

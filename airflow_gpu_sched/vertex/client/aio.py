@@ -14,7 +14,7 @@ import asyncio
 import random
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import httpx
@@ -84,14 +84,18 @@ class AsyncVertexClient(ClientMethods):
 
     @classmethod
     def from_connection(cls, conn_id: str = "google_cloud_default", *, location: str,
+                        impersonation_chain: str | Sequence[str] | None = None,
                         **kwargs: Any) -> AsyncVertexClient:
         """Blocking connection lookup: call outside the event loop (or use :meth:`afrom_connection`)."""
-        return cls(location, settings=ConnectionSettings.from_airflow(conn_id), **kwargs)
+        return cls(location, settings=ConnectionSettings.from_airflow(conn_id).with_overrides(
+            impersonation_chain=impersonation_chain), **kwargs)
 
     @classmethod
     async def afrom_connection(cls, conn_id: str = "google_cloud_default", *, location: str,
+                               impersonation_chain: str | Sequence[str] | None = None,
                                **kwargs: Any) -> AsyncVertexClient:
-        return cls(location, settings=await ConnectionSettings.afrom_airflow(conn_id), **kwargs)
+        return cls(location, settings=(await ConnectionSettings.afrom_airflow(conn_id)).with_overrides(
+            impersonation_chain=impersonation_chain), **kwargs)
 
     def __repr__(self) -> str:
         return f"AsyncVertexClient(project={self.project!r}, location={self.location!r})"

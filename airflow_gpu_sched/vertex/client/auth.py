@@ -1,5 +1,6 @@
-"""Where credentials come from (an Airflow connection, a key, or the environment) and how a
-bearer token is kept fresh without blocking an event loop.
+"""Where credentials come from (an Airflow connection: a key, a key in Secret Manager, a
+workload identity federation config, or the environment; optionally impersonating a service
+account through a chain) and how a bearer token is kept fresh without blocking an event loop.
 
 Tokens and private keys are never logged, put in a message, or shown by a ``repr``; under
 Airflow they are also registered with its secrets masker.
@@ -19,6 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_gpu_sched.vertex.client import sources
 from airflow_gpu_sched.vertex.client.core import check_token_transport, is_loopback_http
 
 if TYPE_CHECKING:
@@ -39,12 +41,21 @@ class ConnectionSettings:
     key_path: str | None = None
     keyfile_dict: Mapping[str, Any] | None = field(default=None, repr=False, hash=False)
     scopes: tuple[str, ...] = (CLOUD_PLATFORM_SCOPE,)
+    key_secret_name: str | None = None
+    key_secret_project_id: str | None = None
+    credential_config_file: str | Mapping[str, Any] | None = field(default=None, repr=False, hash=False)
+    impersonation_chain: tuple[str, ...] | None = None
+    is_anonymous: bool = False
 
     @classmethod
     def from_extras(cls, extras: Mapping[str, Any]) -> ConnectionSettings:
         """Read connection extras as the Google provider writes them: ``project``, ``key_path``,
-        ``keyfile_dict`` (JSON string or dict), ``scope``/``scopes`` (comma-separated or list),
-        ``api_endpoint``; each also under the old ``extra__google_cloud_platform__`` prefix."""
+        ``keyfile_dict`` (JSON string or dict), ``key_secret_name`` (+ ``key_secret_project_id``),
+        ``credential_config_file`` (path, JSON string or dict), ``is_anonymous``,
+        ``impersonation_chain`` (one account, comma-separated, or a list), ``scope``/``scopes``
+        (comma-separated or list), ``api_endpoint``; each also under the old
+        ``extra__google_cloud_platform__`` prefix. Like the Google provider, at most one of
+        key_path, keyfile_dict, key_secret_name, credential_config_file, is_anonymous."""
 
         def get(key: str) -> Any:
             for name in (key, _OLD_PREFIX + key):
@@ -61,16 +72,37 @@ class ConnectionSettings:
                 raise ValueError(f"keyfile_dict is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
         if keyfile is not None and not isinstance(keyfile, Mapping):
             raise ValueError("keyfile_dict must be a JSON object (the content of a service account key file)")
+        if keyfile is not None and isinstance(keyfile.get("private_key"), str):
+            # a key pasted with literal "\\n" (as the Google provider also repairs)
+            keyfile = {**keyfile, "private_key": keyfile["private_key"].replace("\\n", "\n")}
         scopes = get("scopes") or get("scope")
         if isinstance(scopes, str):
             scopes = [s.strip() for s in scopes.split(",") if s.strip()]
-        return cls(
+        anonymous = get("is_anonymous")
+        if isinstance(anonymous, str):
+            anonymous = anonymous.strip().lower() in ("true", "1", "yes", "on")
+        settings = cls(
             project=get("project"),
             api_endpoint=get("api_endpoint"),
             key_path=get("key_path"),
             keyfile_dict=dict(keyfile) if keyfile is not None else None,
             scopes=tuple(scopes) if scopes else (CLOUD_PLATFORM_SCOPE,),
+            key_secret_name=get("key_secret_name"),
+            key_secret_project_id=get("key_secret_project_id"),
+            credential_config_file=get("credential_config_file"),
+            impersonation_chain=sources.parse_chain(get("impersonation_chain")),
+            is_anonymous=bool(anonymous),
         )
+        settings.check_sources()
+        return settings
+
+    def check_sources(self) -> None:
+        """The Google provider's rule: the explicit credential sources are mutually exclusive."""
+        given = [name for name in ("key_path", "keyfile_dict", "credential_config_file", "key_secret_name",
+                                   "is_anonymous") if getattr(self, name)]
+        if len(given) > 1:
+            raise ValueError(f"connection: {', '.join(given)} are mutually exclusive (key_path, keyfile_dict, "
+                             "credential_config_file, key_secret_name and is_anonymous: give at most one)")
 
     @classmethod
     def from_airflow(cls, conn_id: str = "google_cloud_default") -> ConnectionSettings:
@@ -91,18 +123,25 @@ class ConnectionSettings:
             await amask_secret(secret)
         return settings
 
-    def with_overrides(self, project: str | None = None, api_endpoint: str | None = None) -> ConnectionSettings:
-        """Explicit client arguments win over the connection's."""
-        return replace(self, project=project or self.project, api_endpoint=api_endpoint or self.api_endpoint)
+    def with_overrides(self, project: str | None = None, api_endpoint: str | None = None,
+                       impersonation_chain: str | Sequence[str] | None = None) -> ConnectionSettings:
+        """Explicit client (or operator) arguments win over the connection's."""
+        return replace(self, project=project or self.project, api_endpoint=api_endpoint or self.api_endpoint,
+                       impersonation_chain=sources.parse_chain(impersonation_chain) or self.impersonation_chain)
 
     @property
     def project_id(self) -> str | None:
-        """The connection's project, else the key's own project."""
-        return self.project or (self.keyfile_dict or {}).get("project_id")
+        """The connection's project, else the impersonated account's, else the key's own."""
+        if self.project:
+            return self.project
+        if self.impersonation_chain and sources.project_of_account(self.impersonation_chain[-1]):
+            return sources.project_of_account(self.impersonation_chain[-1])
+        return (self.keyfile_dict or {}).get("project_id")
 
     def credentials(self) -> Credentials | None:
         """None for an http loopback endpoint (the emulator needs none); else credentials from
-        ``keyfile_dict``, ``key_path``, or the environment (``google.auth.default``).
+        ``keyfile_dict``, ``key_path``, ``key_secret_name``, ``credential_config_file``, or the
+        environment (``google.auth.default``), impersonating ``impersonation_chain`` if set.
         Blocking (reads files, may ask a metadata server): call from a thread in async code."""
         credentials, secrets = self.load_credentials()
         for secret in secrets:
@@ -115,9 +154,19 @@ class ConnectionSettings:
         if is_loopback_http(self.api_endpoint):
             return None, []
         check_token_transport(self.api_endpoint)
+        credentials, secrets = self._source_credentials()
+        if self.impersonation_chain and not self.is_anonymous:
+            credentials = sources.impersonate(credentials, self.impersonation_chain, self.scopes, self.api_endpoint)
+        return credentials, secrets
+
+    def _source_credentials(self) -> tuple[Credentials, list[str]]:
         import google.auth
 
         scopes = list(self.scopes)
+        if self.is_anonymous:
+            from google.auth.credentials import AnonymousCredentials
+
+            return AnonymousCredentials(), []
         if self.keyfile_dict:
             credentials, _ = google.auth.load_credentials_from_dict(dict(self.keyfile_dict), scopes=scopes)
             return credentials, self._private_keys()
@@ -128,6 +177,14 @@ class ConnectionSettings:
                 info = json.load(handle)
             credentials, _ = google.auth.load_credentials_from_dict(info, scopes=scopes)
             return credentials, _private_keys_of(info)
+        if self.key_secret_name:
+            info = sources.read_key_secret(self.key_secret_name, self.key_secret_project_id, scopes,
+                                           self.api_endpoint)
+            credentials, _ = google.auth.load_credentials_from_dict(info, scopes=scopes)
+            return credentials, _private_keys_of(info)
+        if self.credential_config_file:
+            info = sources.credential_config(self.credential_config_file)
+            return sources.load_config(info, scopes), _private_keys_of(info)
         credentials, _ = google.auth.default(scopes=scopes)
         return credentials, []
 

@@ -110,12 +110,21 @@ def quotas_root(api_endpoint: str | None = None) -> str:
     ``googleapis.com`` host such as a regional Vertex endpoint): ``https://cloudquotas.googleapis.com/v1/``.
     Any other override (the emulator, a proxy) serves Cloud Quotas on the same host:
     ``http://127.0.0.1:PORT`` -> ``http://127.0.0.1:PORT/v1/``."""
+    return service_root("cloudquotas", api_endpoint)
+
+
+def service_root(service: str, api_endpoint: str | None = None) -> str:
+    """The ``.../v1/`` root of another Google API (``cloudquotas``, ``iamcredentials``,
+    ``secretmanager``): ``https://{service}.googleapis.com/v1/`` without an override or with one
+    on a ``googleapis.com`` host; any other override (the emulator, a proxy) serves it on the
+    same host."""
+    production = f"https://{service}.googleapis.com/v1/"
     if not api_endpoint:
-        return CLOUD_QUOTAS_ROOT
+        return production
     root = normalize_endpoint(api_endpoint)
     host = (urlsplit(root).hostname or "").lower()
     if host == "googleapis.com" or host.endswith(".googleapis.com"):
-        return CLOUD_QUOTAS_ROOT
+        return production
     return root
 
 

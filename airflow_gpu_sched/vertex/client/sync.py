@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import requests
@@ -64,9 +64,11 @@ class VertexClient(ClientMethods):
         self._rng = random.Random()
 
     @classmethod
-    def from_connection(cls, conn_id: str = "google_cloud_default", *, location: str, **kwargs: Any) -> VertexClient:
+    def from_connection(cls, conn_id: str = "google_cloud_default", *, location: str,
+                        impersonation_chain: str | Sequence[str] | None = None, **kwargs: Any) -> VertexClient:
         """A client configured by an Airflow ``google_cloud_platform`` connection."""
-        return cls(location, settings=ConnectionSettings.from_airflow(conn_id), **kwargs)
+        return cls(location, settings=ConnectionSettings.from_airflow(conn_id).with_overrides(
+            impersonation_chain=impersonation_chain), **kwargs)
 
     def __repr__(self) -> str:
         return f"VertexClient(project={self.project!r}, location={self.location!r})"
