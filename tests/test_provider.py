@@ -146,17 +146,14 @@ def test_with_the_google_provider_installed_its_google_cloud_platform_form_stays
     assert "api_endpoint" in out["vertex_gpu_sched"]["fields"]
 
 
-# The creds branch reads these three; remove the marks when it is merged (strict: it will say so).
-_CREDS = pytest.mark.xfail(strict=True, reason="read by ConnectionSettings once the creds branch is merged")
 FORM_VALUES = {"project": "p", "key_path": "/keys/sa.json", "keyfile_dict": '{"type": "service_account"}',
-               "key_secret_name": "sa-key", "credential_config_file": "/etc/wif.json",
+               "key_secret_name": "sa-key", "key_secret_project_id": "secrets-project",
+               "credential_config_file": "/etc/wif.json",
                "impersonation_chain": "a@p.iam.gserviceaccount.com", "scope": "https://x/y",
                "api_endpoint": "https://europe-west4-aiplatform.googleapis.com"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_CREDS) if n in
-                                  {"key_secret_name", "credential_config_file", "impersonation_chain"} else n
-                                  for n in FORM_VALUES])
+@pytest.mark.parametrize("name", list(FORM_VALUES))
 def test_every_field_of_the_form_is_read_by_the_client(name):
     from airflow_gpu_sched.hooks.connection_form import CONN_FIELDS
     from airflow_gpu_sched.vertex.client.auth import ConnectionSettings

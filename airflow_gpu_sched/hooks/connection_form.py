@@ -41,6 +41,8 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "keyfile_dict": _text("Keyfile JSON", "The content of a service account JSON key.", secret=True),
     "key_secret_name": _text("Keyfile Secret Name (in GCP Secret Manager)",
                              "A Secret Manager secret holding the JSON key."),
+    "key_secret_project_id": _text("Keyfile Secret Project Id (in GCP Secret Manager)",
+                                   "The project of that secret; else the project of Application Default Credentials."),
     "credential_config_file": _text("Credential Configuration File",
                                     "Workload identity federation: path or JSON of the credential config."),
     "impersonation_chain": _text("Impersonation Chain",
