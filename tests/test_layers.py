@@ -30,7 +30,7 @@ RULES = {
     "triggers": ({"vertex", "orchestration", "triggers"}, "anywhere"),
     "operators": ({"vertex", "orchestration", "triggers", "operators"}, "anywhere"),
     "emulator": ({"vertex", "emulator"}, "never"),
-    "tools": ({"vertex", "emulator", "tools"}, "never"),
+    "tools": ({"vertex", "orchestration", "operators", "emulator", "tools"}, "inside functions"),
 }
 # the top-level modules outside the layers: the provider's entry point, and the re-exports kept
 # for old imports (each may import the one module it re-exports)

@@ -331,6 +331,10 @@ class VertexTrainingOperator(BaseOperator):
                  "airflow-dag": _label_value(self.dag_id), "airflow-task": _label_value(self.task_id)}
         if ti is not None and getattr(ti, "map_index", -1) not in (-1, None):
             extra["airflow-map-index"] = str(ti.map_index)
+        if ti is not None and getattr(ti, "run_id", None):  # which run owns the job (`jobs orphans`)
+            extra["airflow-run"] = _label_value(ti.run_id)
+        if ti is not None and isinstance(getattr(ti, "try_number", None), int):
+            extra["airflow-try"] = str(ti.try_number)  # the try that submitted it (`jobs list`)
         if submission_key:
             extra[SUBMISSION_LABEL] = submission_key
         return extra

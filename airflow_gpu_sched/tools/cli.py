@@ -1,16 +1,24 @@
-"""``airflow-gpu-sched``: the emulator server and the demo.
+"""``airflow-gpu-sched``: the emulator server, the demo, and the platform team's commands.
 
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
     airflow-gpu-sched demo [--speed X] [--strategies]
     airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json) [--out timeline.svg]
+    airflow-gpu-sched jobs list --project P --location L [--job-type T ...] [--json]
+    airflow-gpu-sched jobs orphans --project P --location L [--cancel [--yes]] [--json]
+    airflow-gpu-sched plan check DAG_FILE [--json]
+    airflow-gpu-sched quota check DAG_FILE [--project P] [--json]
 
-May import: vertex, emulator, tools; never airflow.
+The jobs, plan and quota commands need Airflow (a connection, the metadata DB, DagBag); the
+connection is ``--conn-id`` (default ``google_cloud_default``).
+
+May import: vertex, orchestration, emulator, tools; never airflow.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def _emulator(args: argparse.Namespace) -> int:
@@ -64,6 +72,131 @@ def _timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace, location: str | None = None):
+    from airflow_gpu_sched.vertex.client import VertexClient
+
+    extra = {"api_endpoint": args.api_endpoint} if getattr(args, "api_endpoint", None) else {}
+    return VertexClient.from_connection(args.conn_id, location=location or args.location,
+                                        project=getattr(args, "project", None), **extra)
+
+
+def _job_types(args: argparse.Namespace) -> list:
+    from airflow_gpu_sched.orchestration.job_types import get_job_type
+
+    return [get_job_type(key) for key in (args.job_type or ["custom_job", "hyperparameter_tuning_job",
+                                                             "training_pipeline"])]
+
+
+JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "name"]
+
+
+def _jobs_list(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.tools import platform
+
+    platform.emit(platform.list_jobs(_client(args), _job_types(args)), JOB_COLUMNS, args.json)
+    return 0
+
+
+def _jobs_orphans(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.tools import platform
+
+    client = _client(args)
+    jobs = [job for job in platform.list_jobs(client, _job_types(args)) if job.active]
+    tis = platform.read_task_instances({job.dag for job in jobs if job.dag})
+    orphans = platform.find_orphans(jobs, tis)
+    rows = [{**platform.asdict(o.job), "why": o.why} for o in orphans]
+    platform.emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.json,
+                  sys.stderr if args.json and args.cancel else sys.stdout)
+    if not args.cancel or not orphans:
+        return 0
+    if not args.yes:
+        print(f"Cancel {len(orphans)} job(s)? [y/N] ", end="", flush=True, file=sys.stderr)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing cancelled", file=sys.stderr)
+            return 1
+    for orphan in orphans:
+        job_type_of(orphan.job.name).cancel(client, orphan.job.name)
+        print(f"cancel requested: {orphan.job.name}", file=sys.stderr)
+    return 0
+
+
+def _tasks(args: argparse.Namespace) -> list | None:
+    from airflow_gpu_sched.tools import platform
+
+    try:
+        return platform.training_tasks(args.dag_file)
+    except ValueError as exc:
+        print(f"error: {args.dag_file}: {exc}", file=sys.stderr)
+        return None
+
+
+def _plan_check(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.tools import platform
+
+    tasks = _tasks(args)
+    if tasks is None:
+        return 2
+    rows = [row for task in tasks for row in platform.plan_rows(task)]
+    platform.emit(rows, ["dag", "task", "position", "step", "regions", "violations"], args.json)
+    return 1 if any(row.violations for row in rows) else 0
+
+
+def _quota_check(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.tools import platform
+
+    tasks = _tasks(args)
+    if tasks is None:
+        return 2
+    clients: dict = {}
+
+    def client_for(region: str):
+        if region not in clients:
+            clients[region] = _client(args, region)
+        return clients[region]
+
+    rows = [row for task in tasks for row in platform.quota_rows(task, client_for, args.project)]
+    platform.emit(rows, ["dag", "task", "step", "region", "metric", "need", "limit", "verdict"], args.json)
+    return 1 if any(row.verdict.startswith("TOO LOW") for row in rows) else 0
+
+
+def _connection_args(parser: argparse.ArgumentParser, location: bool = True) -> None:
+    parser.add_argument("--conn-id", default="google_cloud_default", help="the google_cloud_platform connection")
+    parser.add_argument("--api-endpoint", help="override the connection's endpoint (e.g. the emulator's URL)")
+    parser.add_argument("--project", help="the project (default: the connection's)")
+    if location:
+        parser.add_argument("--location", required=True, help="the region, e.g. us-central1")
+    parser.add_argument("--json", action="store_true", help="JSON for machines instead of a table")
+
+
+def _platform_commands(sub: Any) -> None:
+    jobs = sub.add_parser("jobs", help="this package's Vertex AI jobs in a project and region")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    listing = jobs_sub.add_parser("list", help="jobs labelled managed-by=airflow-gpu-sched, with DAG, task, try")
+    _connection_args(listing)
+    listing.add_argument("--job-type", action="append",
+                         choices=["custom_job", "hyperparameter_tuning_job", "training_pipeline"])
+    listing.set_defaults(func=_jobs_list)
+    orphans = jobs_sub.add_parser("orphans", help="active jobs whose task instance is no longer running or deferred")
+    _connection_args(orphans)
+    orphans.add_argument("--job-type", action="append",
+                         choices=["custom_job", "hyperparameter_tuning_job", "training_pipeline"])
+    orphans.add_argument("--cancel", action="store_true", help="cancel them (asks first)")
+    orphans.add_argument("--yes", action="store_true", help="with --cancel: do not ask")
+    orphans.set_defaults(func=_jobs_orphans)
+
+    for name, func, what in (("plan", _plan_check, "each training task's plan: steps, regions, rules"),
+                             ("quota", _quota_check, "what each training task needs against the region's quota")):
+        group = sub.add_parser(name, help=what)
+        check = group.add_subparsers(dest=f"{name}_command", required=True).add_parser("check", help=what)
+        check.add_argument("dag_file", help="a DAG file (loaded with Airflow's DagBag)")
+        if name == "quota":
+            _connection_args(check, location=False)
+        else:
+            check.add_argument("--json", action="store_true", help="JSON for machines instead of a table")
+        check.set_defaults(func=func)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-gpu-sched", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--xcom", help="a training task's return value (JSON file): one row per attempt")
     timeline.add_argument("--out", default="timeline.svg")
     timeline.set_defaults(func=_timeline)
+    _platform_commands(sub)
 
     args = parser.parse_args(argv)
     return args.func(args)

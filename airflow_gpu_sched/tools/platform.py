@@ -1,0 +1,270 @@
+"""The platform team's commands: ``jobs list``, ``jobs orphans [--cancel]``, ``plan check``, ``quota check``.
+
+Each command is a pure part (rows from jobs, task instances or operators) and a thin shell
+that reads Vertex AI (the client), the Airflow metadata DB (its ORM session) or a DAG file
+(Airflow's DagBag), and prints a table or ``--json``.
+
+Which task instance owns a job: the operators label every job with ``managed-by``,
+``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
+``airflow-try`` (see ``operators/base.py`` ``_labels``). Label values are lowercased and cut to
+63 characters, so a job is matched to the task instances whose ids give the same label values.
+A job with no ``airflow-run`` label (submitted before the label existed) is matched to that
+task in every run: it counts as an orphan only when none of them is alive.
+
+May import: vertex, orchestration, operators, tools; airflow only inside functions.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, TextIO
+
+MANAGED_FILTER = 'labels.managed-by="airflow-gpu-sched"'
+# A task instance in one of these will still look after its job (a retry re-attaches by the
+# ledger), so its job is not an orphan.
+ALIVE_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
+                          "restarting"})
+
+
+def label_value(text: str) -> str:
+    from airflow_gpu_sched.operators.base import _label_value
+
+    return _label_value(text)
+
+
+# ---------------------------------------------------------------------------------- jobs list
+
+@dataclass(frozen=True)
+class JobRow:
+    name: str
+    job_type: str
+    dag: str | None
+    task: str | None
+    map_index: str | None
+    run: str | None
+    try_number: str | None
+    strategy: str | None
+    state: str | None
+    created: str | None
+    started: str | None
+    ended: str | None
+
+    @property
+    def active(self) -> bool:
+        from airflow_gpu_sched.vertex.models import JobState
+
+        return self.state is not None and not JobState(self.state).is_terminal()
+
+
+def job_row(job_type: Any, resource: Any) -> JobRow:
+    """One listed resource (any job type) as a row: owner from its labels, the rest from its spec."""
+    view = job_type.view(resource)
+    labels = view.labels or {}
+    scheduling = view.job_spec.scheduling
+    strategy = scheduling.strategy if scheduling is not None and scheduling.strategy is not None else None
+    if view.job_spec.persistent_resource_id:
+        strategy = "PERSISTENT_RESOURCE"
+
+    def when(value: Any) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return JobRow(name=view.name or "", job_type=job_type.key, dag=labels.get("airflow-dag"),
+                  task=labels.get("airflow-task"), map_index=labels.get("airflow-map-index"),
+                  run=labels.get("airflow-run"), try_number=labels.get("airflow-try"),
+                  strategy=_name(strategy) or ("STANDARD" if scheduling is not None else None),
+                  state=_name(view.state), created=when(view.create_time), started=when(view.start_time),
+                  ended=when(view.end_time))
+
+
+def _name(value: Any) -> str | None:
+    return None if value is None else getattr(value, "value", None) or str(value)
+
+
+def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
+    rows = []
+    for job_type in job_types:
+        for resource in getattr(client, f"list_{job_type.key}s")(filter=MANAGED_FILTER):
+            rows.append(job_row(job_type, resource))
+    return sorted(rows, key=lambda r: (r.created or "", r.name))
+
+
+# ---------------------------------------------------------------------------------- jobs orphans
+
+@dataclass(frozen=True)
+class TaskInstanceRow:
+    dag_id: str
+    task_id: str
+    map_index: int
+    run_id: str
+    state: str | None
+    try_number: int
+
+
+@dataclass(frozen=True)
+class Orphan:
+    job: JobRow
+    why: str
+
+
+def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRow]) -> list[Orphan]:
+    """Active jobs no live task instance owns: the decision, no I/O."""
+    by_task: dict[tuple[str, str, str], list[TaskInstanceRow]] = {}
+    for ti in task_instances:
+        map_index = "" if ti.map_index in (-1, None) else str(ti.map_index)
+        by_task.setdefault((label_value(ti.dag_id), label_value(ti.task_id), map_index), []).append(ti)
+    orphans = []
+    for job in jobs:
+        if not job.active or not job.dag or not job.task:
+            continue  # ended, or not labelled by an operator (e.g. submitted by hand with the label)
+        owners = by_task.get((job.dag, job.task, job.map_index or ""), [])
+        if job.run:
+            owners = [ti for ti in owners if label_value(ti.run_id) == job.run]
+        alive = [ti for ti in owners if ti.state in ALIVE_STATES]
+        if alive:
+            continue
+        if not owners:
+            why = "no task instance of it in the metadata DB" + ("" if job.run else " (any run)")
+        else:
+            last = max(owners, key=lambda ti: ti.try_number)
+            why = f"task instance is {last.state or 'none'} (run {last.run_id}, try {last.try_number})"
+        orphans.append(Orphan(job, why))
+    return orphans
+
+
+def read_task_instances(dag_labels: set[str]) -> list[TaskInstanceRow]:
+    """The task instances of the DAGs whose ids give these label values, from the metadata DB."""
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag_ids = [d for d in session.scalars(select(TaskInstance.dag_id).distinct()) if label_value(d) in dag_labels]
+        if not dag_ids:
+            return []
+        query = select(TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.map_index, TaskInstance.run_id,
+                       TaskInstance.state, TaskInstance.try_number).where(TaskInstance.dag_id.in_(dag_ids))
+        return [TaskInstanceRow(d, t, m, r, _name(s), n or 0) for d, t, m, r, s, n in session.execute(query)]
+
+
+# ---------------------------------------------------------------------------------- DAG files
+
+def training_tasks(dag_file: str) -> list[Any]:
+    """The training operators of every DAG in the file, loaded as Airflow's DAG processor would."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_gpu_sched.operators.base import VertexTrainingOperator
+
+    bag = DagBag(dag_folder=dag_file, include_examples=False, safe_mode=False)
+    if bag.import_errors:
+        raise ValueError("; ".join(f"{path}: {err.strip().splitlines()[-1]}" for path, err in bag.import_errors.items()))
+    return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
+            if isinstance(task, VertexTrainingOperator)]
+
+
+@dataclass(frozen=True)
+class StepRow:
+    dag: str
+    task: str
+    position: int
+    step: str
+    regions: list[str]
+    violations: list[str]
+
+
+def plan_rows(task: Any) -> list[StepRow]:
+    """Each step of the task's plan, its regions in the order tried, and the rules its job breaks
+    (as the operator checks them before submitting; templated fields are checked once rendered)."""
+    from airflow_gpu_sched.orchestration import job_spec
+
+    order = task.positions()
+    rows = []
+    for index, step in enumerate(task.plan):
+        found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
+        rows.append(StepRow(task.dag_id, task.task_id, index, step.describe(),
+                            [region for i, region in order if i == index], [str(v) for v in found]))
+    return rows
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    dag: str
+    task: str
+    step: str
+    region: str
+    metric: str
+    need: int
+    limit: int | None
+    verdict: str
+
+
+def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[QuotaRow]:
+    """What each (step, region) of the task holds at once against the region's quota."""
+    from airflow_gpu_sched.orchestration.quota import NO_QUOTA_STRATEGIES, UNLIMITED, metric_for
+    from airflow_gpu_sched.vertex.client import VertexError
+    from airflow_gpu_sched.vertex.job_type_models import quota_limit
+
+    project = project or task.project_id
+    parallel = task.job_kind.parallelism(task.job_options())
+    rows: list[QuotaRow] = []
+    infos_by_region: dict[str, Any] = {}
+    for index, region in task.positions():
+        step = task.plan[index]
+        if step.strategy in NO_QUOTA_STRATEGIES:
+            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, "-", 0, None,
+                                 "no quota: the persistent resource's VMs exist"))
+            continue
+        demand = task.build_job(step=step).job_spec.accelerator_demand()
+        for accelerator, need in demand.items():
+            metric = metric_for(accelerator, step.strategy)
+            if region not in infos_by_region:
+                try:
+                    infos_by_region[region] = list(client_for(region).list_quota_infos(project))
+                except VertexError as exc:
+                    infos_by_region[region] = exc
+            infos = infos_by_region[region]
+            if isinstance(infos, Exception):
+                rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
+                                     None, f"unreadable: {type(infos).__name__}"))
+                continue
+            limit = quota_limit(infos, metric, region)
+            if limit is None or limit <= UNLIMITED:
+                verdict = "ok (no limit reported)"
+            elif need * parallel > limit:
+                verdict = f"TOO LOW: needs {need * parallel}, limit {limit}"
+            else:
+                verdict = "ok"
+            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
+                                 limit, verdict))
+    return rows
+
+
+# ---------------------------------------------------------------------------------- output
+
+def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO = sys.stdout) -> None:
+    if not rows:
+        print("(none)", file=out)
+        return
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value) or "ok"
+    return str(value)
+
+
+def emit(rows: list[Any], columns: list[str], as_json: bool, out: TextIO = sys.stdout) -> None:
+    dicts = [asdict(r) if not isinstance(r, dict) else r for r in rows]
+    if as_json:
+        print(json.dumps(dicts, indent=2), file=out)
+    else:
+        print_table(dicts, columns, out)
