@@ -138,7 +138,7 @@ def _plan_check(args: argparse.Namespace) -> int:
     if tasks is None:
         return 2
     rows = [row for task in tasks for row in platform.plan_rows(task)]
-    platform.emit(rows, ["dag", "task", "position", "step", "regions", "violations"], args.json)
+    platform.emit(rows, ["dag", "task", "position", "step", "regions", "rules", "violations"], args.json)
     return 1 if any(row.violations for row in rows) else 0
 
 

@@ -16,6 +16,7 @@ May import: vertex, orchestration, operators, tools; airflow only inside functio
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -157,7 +158,8 @@ def training_tasks(dag_file: str) -> list[Any]:
 
     from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
-    bag = DagBag(dag_folder=dag_file, include_examples=False, safe_mode=False)
+    with contextlib.redirect_stdout(sys.stderr):  # Airflow logs the loading: keep stdout for the table/JSON
+        bag = DagBag(dag_folder=dag_file, safe_mode=False)
     if bag.import_errors:
         raise ValueError("; ".join(f"{path}: {err.strip().splitlines()[-1]}" for path, err in bag.import_errors.items()))
     return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
@@ -171,7 +173,20 @@ class StepRow:
     position: int
     step: str
     regions: list[str]
+    rules: list[str]
     violations: list[str]
+
+
+def rule_sets(task: Any, step: Any) -> list[str]:
+    """The groups of ``vertex/rules.py`` a step's job is checked against (``check_job_spec``)."""
+    found = ["general"]
+    if step.resource_id:
+        found.append("persistent resource")  # the reference here; the pool's fit when the task runs
+    elif step.strategy in ("FLEX_START", "SPOT"):
+        found.append(step.strategy)
+    if task.job_kind.key != "custom_job":
+        found.append(task.job_kind.key)
+    return found
 
 
 def plan_rows(task: Any) -> list[StepRow]:
@@ -184,7 +199,8 @@ def plan_rows(task: Any) -> list[StepRow]:
     for index, step in enumerate(task.plan):
         found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
         rows.append(StepRow(task.dag_id, task.task_id, index, step.describe(),
-                            [region for i, region in order if i == index], [str(v) for v in found]))
+                            [region for i, region in order if i == index], rule_sets(task, step),
+                            [str(v) for v in found]))
     return rows
 
 
@@ -243,7 +259,8 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
 
 # ---------------------------------------------------------------------------------- output
 
-def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO = sys.stdout) -> None:
+def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # looked up at call time (tests and callers redirect it)
     if not rows:
         print("(none)", file=out)
         return
@@ -262,7 +279,8 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def emit(rows: list[Any], columns: list[str], as_json: bool, out: TextIO = sys.stdout) -> None:
+def emit(rows: list[Any], columns: list[str], as_json: bool, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     dicts = [asdict(r) if not isinstance(r, dict) else r for r in rows]
     if as_json:
         print(json.dumps(dicts, indent=2), file=out)
