@@ -22,6 +22,7 @@ def get_provider_info() -> dict:
         "operators": [{"integration-name": "Vertex AI GPU training",
                        "python-modules": ["airflow_gpu_sched.operators.flex_start", "airflow_gpu_sched.operators.spot",
                                           "airflow_gpu_sched.operators.persistent"]}],
+        "cli": ["airflow_gpu_sched.tools.airflow_cli.get_cli_commands"],  # `airflow gpu-sched ...`
         "integrations": [{"integration-name": "Vertex AI GPU training",
                           "external-doc-url": "https://cloud.google.com/vertex-ai/docs/training/overview",
                           "tags": ["gcp"]}],

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import requests
@@ -16,6 +20,7 @@ from airflow_gpu_sched.tools.cli import main
 from tests.airflow_harness import run_dag
 from tests.conftest import LOCATION, PROJECT
 
+REPO = Path(__file__).resolve().parent.parent
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
 WHERE = ["--project", PROJECT, "--location", LOCATION]
@@ -215,3 +220,28 @@ def test_quota_check_compares_each_step_and_region_with_the_quota(airflow, tmp_p
     airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 8, region="us-east4")
     code, out, _ = cli(capsys, "quota", "check", _dag_file(tmp_path, count=2))
     assert code == 0 and "TOO LOW" not in out and "us-east4" in out
+
+
+def _airflow() -> str:
+    return str(Path(sys.executable).with_name("airflow"))
+
+
+def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_path):
+    """`airflow gpu-sched ...` (the provider info's ``cli`` key), in its own process, as users run it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    good = subprocess.run([_airflow(), "gpu-sched", "plan", "check", _dag_file(tmp_path), "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert good.returncode == 0, good.stderr
+    assert [row["step"].split("(")[0] for row in json.loads(good.stdout)] == [
+        "FLEX_START", "SPOT", "PERSISTENT_RESOURCE"]
+
+    bad = tmp_path / "bad.py"
+    bad.write_text(DAG_FILE.format(project=PROJECT, count=1).replace("accelerator_count=1", "accelerator_count=3"))
+    refused = subprocess.run([_airflow(), "gpu-sched", "plan", "check", str(bad)], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert refused.returncode == 2 and "acceleratorCount" in refused.stderr  # the exit code survives airflow's CLI
+
+    listed = subprocess.run([_airflow(), "gpu-sched", "jobs", "list", "--location", LOCATION,
+                             "--api-endpoint", airflow.url, "--json"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []

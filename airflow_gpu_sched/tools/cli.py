@@ -83,8 +83,7 @@ def _client(args: argparse.Namespace, location: str | None = None):
 def _job_types(args: argparse.Namespace) -> list:
     from airflow_gpu_sched.orchestration.job_types import get_job_type
 
-    return [get_job_type(key) for key in (args.job_type or ["custom_job", "hyperparameter_tuning_job",
-                                                             "training_pipeline"])]
+    return [get_job_type(key) for key in (args.job_type or JOB_TYPES)]
 
 
 JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "name"]
@@ -160,41 +159,43 @@ def _quota_check(args: argparse.Namespace) -> int:
     return 1 if any(row.verdict.startswith("TOO LOW") for row in rows) else 0
 
 
-def _connection_args(parser: argparse.ArgumentParser, location: bool = True) -> None:
-    parser.add_argument("--conn-id", default="google_cloud_default", help="the google_cloud_platform connection")
-    parser.add_argument("--api-endpoint", help="override the connection's endpoint (e.g. the emulator's URL)")
-    parser.add_argument("--project", help="the project (default: the connection's)")
-    if location:
-        parser.add_argument("--location", required=True, help="the region, e.g. us-central1")
-    parser.add_argument("--json", action="store_true", help="JSON for machines instead of a table")
+JOB_TYPES = ["custom_job", "hyperparameter_tuning_job", "training_pipeline"]
+# (flags, argparse keywords) once, for both trees: this one and `airflow gpu-sched ...`.
+_CONNECTION = [(("--conn-id",), {"default": "google_cloud_default", "help": "the google_cloud_platform connection"}),
+               (("--api-endpoint",), {"help": "override the connection's endpoint (e.g. the emulator's URL)"}),
+               (("--project",), {"help": "the project (default: the connection's)"})]
+_LOCATION = [(("--location",), {"required": True, "help": "the region, e.g. us-central1"})]
+_JSON = [(("--json",), {"action": "store_true", "help": "JSON for machines instead of a table"})]
+_JOB_TYPE = [(("--job-type",), {"action": "append", "choices": JOB_TYPES, "help": "only these (repeatable)"})]
+_DAG_FILE = [(("dag_file",), {"help": "a DAG file (loaded with Airflow's DagBag)"})]
+# group -> command -> (function, help, arguments)
+PLATFORM_COMMANDS: dict[str, tuple[str, dict[str, tuple[Any, str, list]]]] = {
+    "jobs": ("this package's Vertex AI jobs in a project and region", {
+        "list": (_jobs_list, "jobs labelled managed-by=airflow-gpu-sched: DAG, task, try, strategy, state, times",
+                 _CONNECTION + _LOCATION + _JOB_TYPE + _JSON),
+        "orphans": (_jobs_orphans, "active jobs whose task instance is no longer running or deferred",
+                    _CONNECTION + _LOCATION + _JOB_TYPE + _JSON + [
+                        (("--cancel",), {"action": "store_true", "help": "cancel them (asks first)"}),
+                        (("--yes",), {"action": "store_true", "help": "with --cancel: do not ask"})]),
+    }),
+    "plan": ("training tasks' plans", {
+        "check": (_plan_check, "each training task's plan: steps, regions, the rules each step is checked against",
+                  _DAG_FILE + _JSON)}),
+    "quota": ("training tasks' GPU quota", {
+        "check": (_quota_check, "what each training task needs at once against its regions' quotas",
+                  _DAG_FILE + _CONNECTION + _JSON)}),
+}
 
 
 def _platform_commands(sub: Any) -> None:
-    jobs = sub.add_parser("jobs", help="this package's Vertex AI jobs in a project and region")
-    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
-    listing = jobs_sub.add_parser("list", help="jobs labelled managed-by=airflow-gpu-sched, with DAG, task, try")
-    _connection_args(listing)
-    listing.add_argument("--job-type", action="append",
-                         choices=["custom_job", "hyperparameter_tuning_job", "training_pipeline"])
-    listing.set_defaults(func=_jobs_list)
-    orphans = jobs_sub.add_parser("orphans", help="active jobs whose task instance is no longer running or deferred")
-    _connection_args(orphans)
-    orphans.add_argument("--job-type", action="append",
-                         choices=["custom_job", "hyperparameter_tuning_job", "training_pipeline"])
-    orphans.add_argument("--cancel", action="store_true", help="cancel them (asks first)")
-    orphans.add_argument("--yes", action="store_true", help="with --cancel: do not ask")
-    orphans.set_defaults(func=_jobs_orphans)
-
-    for name, func, what in (("plan", _plan_check, "each training task's plan: steps, regions, rules"),
-                             ("quota", _quota_check, "what each training task needs against the region's quota")):
-        group = sub.add_parser(name, help=what)
-        check = group.add_subparsers(dest=f"{name}_command", required=True).add_parser("check", help=what)
-        check.add_argument("dag_file", help="a DAG file (loaded with Airflow's DagBag)")
-        if name == "quota":
-            _connection_args(check, location=False)
-        else:
-            check.add_argument("--json", action="store_true", help="JSON for machines instead of a table")
-        check.set_defaults(func=func)
+    for group, (group_help, commands) in PLATFORM_COMMANDS.items():
+        group_parser = sub.add_parser(group, help=group_help)
+        group_sub = group_parser.add_subparsers(dest=f"{group}_command", required=True)
+        for name, (func, help_text, arguments) in commands.items():
+            command = group_sub.add_parser(name, help=help_text, description=help_text)
+            for flags, options in arguments:
+                command.add_argument(*flags, **options)
+            command.set_defaults(func=func)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, TextIO
+from typing import Any, Iterable, Iterator, TextIO
 
 MANAGED_FILTER = 'labels.managed-by="airflow-gpu-sched"'
 # A task instance in one of these will still look after its job (a retry re-attaches by the
@@ -158,12 +160,30 @@ def training_tasks(dag_file: str) -> list[Any]:
 
     from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
-    with contextlib.redirect_stdout(sys.stderr):  # Airflow logs the loading: keep stdout for the table/JSON
+    if not os.path.isfile(dag_file):
+        raise ValueError("no such file")
+    # Airflow puts the DAGs folder on sys.path, so DAG files import their neighbours: do the same.
+    folder = os.path.dirname(os.path.abspath(dag_file))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    with _quiet("airflow.dag_processing"):  # its log lines would mix with the table/JSON; errors come below
         bag = DagBag(dag_folder=dag_file, safe_mode=False)
     if bag.import_errors:
         raise ValueError("; ".join(f"{path}: {err.strip().splitlines()[-1]}" for path, err in bag.import_errors.items()))
     return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
             if isinstance(task, VertexTrainingOperator)]
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        log.setLevel(level)
 
 
 @dataclass(frozen=True)
