@@ -113,7 +113,7 @@ class VertexTrainingOperator(BaseOperator):
         (every step and region of its plan) gets the same one, so a job resumes from the
         checkpoints an earlier attempt left.
     :param labels: job labels (the operator adds ``managed-by``, the submission key and the
-        DAG/task ids).
+        DAG/task/run ids and the try number).
     :param timeout: the job's run-time limit (timedelta, seconds, ``"2h"``, ``"1800s"``).
     :param service_account: the job's service account.
     :param job_type: what is submitted with that spec: ``"custom_job"`` (default),
