@@ -202,7 +202,10 @@ def test_plan_check_of_a_dag_that_breaks_a_rule_names_the_field(airflow_db, tmp_
     path.write_text(textwrap.dedent(text))  # a2-highgpu-1g has 1 A100
     code, out, err = cli(capsys, "plan", "check", str(path))
     assert code == 2 and out == ""
-    assert "acceleratorCount" in err and str(path) in err
+    assert str(path) in err and "Traceback" not in err  # the exception, not Airflow's stored traceback
+    assert ("acceleratorCount: plan[0] FLEX_START: 'a2-highgpu-1g' takes NVIDIA_TESLA_A100 in counts of [1] "
+            "(got 3)") in err
+    assert "plan[1] SPOT" in err and "plan[2] PERSISTENT_RESOURCE" in err  # every step's violation
 
 
 def test_quota_check_compares_each_step_and_region_with_the_quota(airflow, tmp_path, capsys):
@@ -245,3 +248,35 @@ def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_
                              "--api-endpoint", airflow.url, "--json"],
                             capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+def _job(**labels):
+    from airflow_gpu_sched.tools import platform
+
+    base = dict(name="projects/p/locations/l/customJobs/1", job_type="custom_job", dag="nightly-x", task="train",
+                map_index=None, run="manual__1", try_number="1", strategy="SPOT", state="JOB_STATE_RUNNING",
+                created=None, started=None, ended=None)
+    return platform.JobRow(**{**base, **labels})
+
+
+def _ti(state, dag_id="Nightly.X", task_id="train", map_index=-1, run_id="manual__1", try_number=1):
+    from airflow_gpu_sched.tools import platform
+
+    return platform.TaskInstanceRow(dag_id, task_id, map_index, run_id, state, try_number)
+
+
+@pytest.mark.parametrize("job, tis, orphan", [
+    (_job(), [_ti("deferred")], False),                                       # ids matched as label values
+    (_job(), [_ti("failed")], True),
+    (_job(state="JOB_STATE_SUCCEEDED"), [_ti("failed")], False),              # ended: nothing to cancel
+    (_job(), [_ti("running", run_id="manual__2"), _ti("success")], True),      # another run alive: not its owner
+    (_job(run=None), [_ti("running", run_id="manual__2"), _ti("failed")], False),  # no run label: any run
+    (_job(map_index="2"), [_ti("running", map_index=1), _ti("failed", map_index=2)], True),
+    (_job(map_index="1"), [_ti("running", map_index=1), _ti("failed", map_index=2)], False),
+    (_job(), [], True),
+    (_job(task=None), [], False),                                             # not submitted by an operator
+])
+def test_which_active_jobs_are_orphans(job, tis, orphan):
+    from airflow_gpu_sched.tools import platform
+
+    assert [o.job for o in platform.find_orphans([job], tis)] == ([job] if orphan else [])

@@ -105,8 +105,7 @@ def _jobs_orphans(args: argparse.Namespace) -> int:
     tis = platform.read_task_instances({job.dag for job in jobs if job.dag})
     orphans = platform.find_orphans(jobs, tis)
     rows = [{**platform.asdict(o.job), "why": o.why} for o in orphans]
-    platform.emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.json,
-                  sys.stderr if args.json and args.cancel else sys.stdout)
+    platform.emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.json)
     if not args.cancel or not orphans:
         return 0
     if not args.yes:

@@ -17,6 +17,7 @@ May import: vertex, orchestration, operators, tools; airflow only inside functio
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -169,9 +170,20 @@ def training_tasks(dag_file: str) -> list[Any]:
     with _quiet("airflow.dag_processing"):  # its log lines would mix with the table/JSON; errors come below
         bag = DagBag(dag_folder=dag_file, safe_mode=False)
     if bag.import_errors:
-        raise ValueError("; ".join(f"{path}: {err.strip().splitlines()[-1]}" for path, err in bag.import_errors.items()))
+        raise ValueError("\n".join(_exception_text(err) for err in bag.import_errors.values()))
     return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
             if isinstance(task, VertexTrainingOperator)]
+
+
+def _exception_text(error: str) -> str:
+    """An import error without its traceback (Airflow stores them with one): the exception's lines."""
+    lines = error.strip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if not frames:
+        return error.strip()
+    rest = lines[frames[-1] + 1:]
+    start = next((i for i, line in enumerate(rest) if not line.startswith(" ")), 0)
+    return "\n".join(rest[start:])
 
 
 @contextlib.contextmanager
@@ -180,7 +192,7 @@ def _quiet(logger: str) -> Iterator[None]:
     level = log.level
     log.setLevel(logging.CRITICAL + 1)
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(io.StringIO()):  # the load's log lines: its errors are reported after
             yield
     finally:
         log.setLevel(level)
