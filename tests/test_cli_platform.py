@@ -280,3 +280,12 @@ def test_which_active_jobs_are_orphans(job, tis, orphan):
     from airflow_gpu_sched.tools import platform
 
     assert [o.job for o in platform.find_orphans([job], tis)] == ([job] if orphan else [])
+
+
+def test_quota_check_without_a_dag_lists_the_regions_gpu_quotas(fast_emulator, capsys):
+    fast_emulator.set_quota_limit("custom_model_training_preemptible_nvidia_h100_gpus", 3, region="us-east4")
+    code, out, _ = cli(capsys, "quota", "check", "--location", "us-east4", "--json")
+    limits = {row["metric"].rsplit("/", 1)[-1]: row["limit"] for row in json.loads(out)}
+    assert code == 0 and limits["custom_model_training_preemptible_nvidia_h100_gpus"] == 3
+    code, _, err = cli(capsys, "quota", "check")
+    assert code == 2 and "give a DAG_FILE, or --location" in err

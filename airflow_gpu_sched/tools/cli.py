@@ -6,7 +6,7 @@
     airflow-gpu-sched jobs list --project P --location L [--job-type T ...] [--json]
     airflow-gpu-sched jobs orphans --project P --location L [--cancel [--yes]] [--json]
     airflow-gpu-sched plan check DAG_FILE [--json]
-    airflow-gpu-sched quota check DAG_FILE [--project P] [--json]
+    airflow-gpu-sched quota check (DAG_FILE | --location L) [--project P] [--json]
 
 The jobs, plan and quota commands need Airflow (a connection, the metadata DB, DagBag); the
 connection is ``--conn-id`` (default ``google_cloud_default``).
@@ -143,6 +143,13 @@ def _plan_check(args: argparse.Namespace) -> int:
 def _quota_check(args: argparse.Namespace) -> int:
     from airflow_gpu_sched.tools import platform
 
+    if args.dag_file is None:  # the region's GPU quotas, no DAG
+        if not args.location:
+            print("error: quota check: give a DAG_FILE, or --location for the region's GPU quotas", file=sys.stderr)
+            return 2
+        rows = platform.region_quota_rows(_client(args), args.project, args.location)
+        platform.emit(rows, ["metric", "region", "limit"], args.json)
+        return 0
     tasks = _tasks(args)
     if tasks is None:
         return 2
@@ -150,7 +157,7 @@ def _quota_check(args: argparse.Namespace) -> int:
 
     def client_for(region: str):
         if region not in clients:
-            clients[region] = _client(args, region)
+            clients[region] = _client(args, region)  # the DAG's regions, not --location
         return clients[region]
 
     rows = [row for task in tasks for row in platform.quota_rows(task, client_for, args.project)]
@@ -182,7 +189,8 @@ PLATFORM_COMMANDS: dict[str, tuple[str, dict[str, tuple[Any, str, list]]]] = {
                   _DAG_FILE + _JSON)}),
     "quota": ("training tasks' GPU quota", {
         "check": (_quota_check, "what each training task needs at once against its regions' quotas",
-                  _DAG_FILE + _CONNECTION + _JSON)}),
+                  [(("dag_file",), {"nargs": "?", "help": "a DAG file (without one: --location's GPU quotas)"}),
+                   *_CONNECTION, (("--location",), {"help": "without DAG_FILE: the region"}), *_JSON])}),
 }
 
 

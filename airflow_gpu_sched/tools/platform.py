@@ -289,6 +289,17 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
     return rows
 
 
+def region_quota_rows(client: Any, project: str | None, region: str) -> list[dict[str, Any]]:
+    """The region's GPU training quotas (the metrics the strategies draw on), without a DAG."""
+    rows = []
+    for info in client.list_quota_infos(project):
+        metric = info.metric or ""
+        if "custom_model_training_" in metric and metric.endswith("_gpus"):
+            limit = info.limit_for(region)
+            rows.append({"metric": metric, "region": region, "limit": "unlimited" if limit == -1 else limit})
+    return sorted(rows, key=lambda r: r["metric"])
+
+
 # ---------------------------------------------------------------------------------- output
 
 def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
