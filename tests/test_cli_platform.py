@@ -289,3 +289,21 @@ def test_quota_check_without_a_dag_lists_the_regions_gpu_quotas(fast_emulator, c
     assert code == 0 and limits["custom_model_training_preemptible_nvidia_h100_gpus"] == 3
     code, _, err = cli(capsys, "quota", "check")
     assert code == 2 and "give a DAG_FILE, or --location" in err
+
+
+def test_a_missing_connection_is_one_error_line_naming_it(airflow_db, capsys, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    code, out, err = cli(capsys, "jobs", "list", "--location", LOCATION, "--conn-id", "no_such_conn")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "no_such_conn" in err and "airflow connections add" in err
+
+
+def test_api_endpoint_without_a_connection_reads_the_emulator(emulator, airflow_db, capsys, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    requests.post(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5, json={
+        "displayName": "by-hand", "labels": {"managed-by": "airflow-gpu-sched", "airflow-dag": "d"},
+        "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                                         "containerSpec": {"imageUri": "gcr.io/p/x"}}]}})
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--api-endpoint", emulator.url, "--json")
+    [row] = json.loads(out)
+    assert code == 0 and row["dag"] == "d" and row["task"] is None and row["strategy"] == "STANDARD"

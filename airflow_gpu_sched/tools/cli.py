@@ -73,11 +73,25 @@ def _timeline(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace, location: str | None = None):
-    from airflow_gpu_sched.vertex.client import VertexClient
+    from airflow_gpu_sched.tools import platform
 
-    extra = {"api_endpoint": args.api_endpoint} if getattr(args, "api_endpoint", None) else {}
-    return VertexClient.from_connection(args.conn_id, location=location or args.location,
-                                        project=getattr(args, "project", None), **extra)
+    return platform.make_client(args.conn_id, location or args.location, args.project, args.api_endpoint)
+
+
+def _reported(func: Any) -> Any:
+    """Errors the user can act on as one ``error:`` line and exit code 2, not a traceback."""
+    def command(args: argparse.Namespace) -> int:
+        from airflow_gpu_sched.tools.platform import CommandError
+        from airflow_gpu_sched.vertex.client import VertexError
+
+        try:
+            return func(args)
+        except (CommandError, VertexError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    command.__name__ = func.__name__
+    return command
 
 
 def _job_types(args: argparse.Namespace) -> list:
@@ -202,7 +216,7 @@ def _platform_commands(sub: Any) -> None:
             command = group_sub.add_parser(name, help=help_text, description=help_text)
             for flags, options in arguments:
                 command.add_argument(*flags, **options)
-            command.set_defaults(func=func)
+            command.set_defaults(func=_reported(func))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,28 @@ ALIVE_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_
                           "restarting"})
 
 
+class CommandError(Exception):
+    """What the user must fix (a connection, a file): printed as ``error: ...``, exit 2."""
+
+
+def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None):
+    """A client from the Airflow connection; with ``api_endpoint`` and no such connection, a plain
+    one for that endpoint (the emulator needs no credentials)."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
+
+    retry = RetryPolicy(initial=0.5, maximum=5.0, deadline=20.0)  # someone is waiting at a terminal
+    extra = {"api_endpoint": api_endpoint} if api_endpoint else {}
+    try:
+        return VertexClient.from_connection(conn_id, location=location, project=project, retry=retry, **extra)
+    except AirflowNotFoundException as exc:
+        if api_endpoint:
+            return VertexClient(location, project=project, api_endpoint=api_endpoint, retry=retry)
+        raise CommandError(f"{exc}: create it (`airflow connections add {conn_id} --conn-type "
+                           "google_cloud_platform ...`) or pass --conn-id") from None
+
+
 def label_value(text: str) -> str:
     from airflow_gpu_sched.operators.base import _label_value
 
@@ -77,7 +99,7 @@ def job_row(job_type: Any, resource: Any) -> JobRow:
     return JobRow(name=view.name or "", job_type=job_type.key, dag=labels.get("airflow-dag"),
                   task=labels.get("airflow-task"), map_index=labels.get("airflow-map-index"),
                   run=labels.get("airflow-run"), try_number=labels.get("airflow-try"),
-                  strategy=_name(strategy) or ("STANDARD" if scheduling is not None else None),
+                  strategy=_name(strategy) or "STANDARD",  # no strategy given: on-demand VMs
                   state=_name(view.state), created=when(view.create_time), started=when(view.start_time),
                   ended=when(view.end_time))
 
