@@ -307,3 +307,15 @@ def test_api_endpoint_without_a_connection_reads_the_emulator(emulator, airflow_
     code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--api-endpoint", emulator.url, "--json")
     [row] = json.loads(out)
     assert code == 0 and row["dag"] == "d" and row["task"] is None and row["strategy"] == "STANDARD"
+
+
+def test_a_tuning_jobs_trials_are_linked_to_it_and_only_the_tuning_job_is_an_orphan():
+    from airflow_gpu_sched.tools import platform
+
+    tuning = _job(name="projects/p/locations/l/hyperparameterTuningJobs/7", job_type="hyperparameter_tuning_job",
+                  submission="k1")
+    trial = _job(name="projects/p/locations/l/customJobs/8", submission="k1")
+    other = _job(name="projects/p/locations/l/customJobs/9", submission="k2")
+    linked = platform.link_children([tuning, trial, other])
+    assert [r.parent for r in linked] == [None, tuning.name, None]
+    assert [o.job.name for o in platform.find_orphans(linked, [_ti("failed")])] == [tuning.name, other.name]

@@ -100,7 +100,8 @@ def _job_types(args: argparse.Namespace) -> list:
     return [get_job_type(key) for key in (args.job_type or JOB_TYPES)]
 
 
-JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "name"]
+JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "job_type",
+               "name"]
 
 
 def _jobs_list(args: argparse.Namespace) -> int:

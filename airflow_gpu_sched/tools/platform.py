@@ -22,10 +22,12 @@ import json
 import logging
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Iterator, TextIO
 
-MANAGED_FILTER = 'labels.managed-by="airflow-gpu-sched"'
+from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
+
+MANAGED_FILTER = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
 # A task instance in one of these will still look after its job (a retry re-attaches by the
 # ledger), so its job is not an orphan.
 ALIVE_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
@@ -76,6 +78,8 @@ class JobRow:
     created: str | None
     started: str | None
     ended: str | None
+    submission: str | None = None  # the operator's submission key label
+    parent: str | None = None  # a tuning job's trial / a pipeline's custom job: the parent's name
 
     @property
     def active(self) -> bool:
@@ -101,7 +105,7 @@ def job_row(job_type: Any, resource: Any) -> JobRow:
                   run=labels.get("airflow-run"), try_number=labels.get("airflow-try"),
                   strategy=_name(strategy) or "STANDARD",  # no strategy given: on-demand VMs
                   state=_name(view.state), created=when(view.create_time), started=when(view.start_time),
-                  ended=when(view.end_time))
+                  ended=when(view.end_time), submission=labels.get(SUBMISSION_LABEL))
 
 
 def _name(value: Any) -> str | None:
@@ -113,7 +117,15 @@ def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
     for job_type in job_types:
         for resource in getattr(client, f"list_{job_type.key}s")(filter=MANAGED_FILTER):
             rows.append(job_row(job_type, resource))
-    return sorted(rows, key=lambda r: (r.created or "", r.name))
+    return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
+
+
+def link_children(rows: list[JobRow]) -> list[JobRow]:
+    """A tuning job's trials and a pipeline's custom job carry its labels (submission key included):
+    name their parent, so that the parent is what `jobs orphans` reports and cancels."""
+    parents = {r.submission: r.name for r in rows if r.job_type != "custom_job" and r.submission}
+    return [replace(r, parent=parents[r.submission]) if r.job_type == "custom_job" and r.submission in parents
+            else r for r in rows]
 
 
 # ---------------------------------------------------------------------------------- jobs orphans
@@ -142,8 +154,8 @@ def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRo
         by_task.setdefault((label_value(ti.dag_id), label_value(ti.task_id), map_index), []).append(ti)
     orphans = []
     for job in jobs:
-        if not job.active or not job.dag or not job.task:
-            continue  # ended, or not labelled by an operator (e.g. submitted by hand with the label)
+        if not job.active or not job.dag or not job.task or job.parent:
+            continue  # ended; not labelled by an operator; or a trial/pipeline job: its parent is reported
         owners = by_task.get((job.dag, job.task, job.map_index or ""), [])
         if job.run:
             owners = [ti for ti in owners if label_value(ti.run_id) == job.run]
