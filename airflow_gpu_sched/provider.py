@@ -63,6 +63,7 @@ def get_provider_info() -> dict:
                        "python-modules": ["airflow_gpu_sched.operators.base",  # GpuTrainingOperator
                                           "airflow_gpu_sched.operators.flex_start", "airflow_gpu_sched.operators.spot",
                                           "airflow_gpu_sched.operators.persistent"]}],
+        "cli": ["airflow_gpu_sched.tools.airflow_cli.get_cli_commands"],  # `airflow gpu-sched ...`
         "integrations": [{"integration-name": INTEGRATION,
                           "external-doc-url": "https://cloud.google.com/vertex-ai/docs/training/overview",
                           "tags": ["gcp"]}],

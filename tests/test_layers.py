@@ -31,7 +31,7 @@ RULES = {
     "triggers": ({"vertex", "orchestration", "triggers"}, "anywhere"),
     "operators": ({"vertex", "orchestration", "hooks", "triggers", "operators"}, "anywhere"),
     "emulator": ({"vertex", "emulator"}, "never"),
-    "tools": ({"vertex", "emulator", "tools"}, "never"),
+    "tools": ({"vertex", "orchestration", "operators", "emulator", "tools"}, "inside functions"),
 }
 # the top-level modules outside the layers: the provider's entry point (which reads the data modules
 # of the connection form and the config option), and the re-exports kept for old imports (each may

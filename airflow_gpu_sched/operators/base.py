@@ -114,7 +114,7 @@ class VertexTrainingOperator(BaseOperator):
         (every step and region of its plan) gets the same one, so a job resumes from the
         checkpoints an earlier attempt left.
     :param labels: job labels (the operator adds ``managed-by``, the submission key and the
-        DAG/task ids).
+        DAG/task/run ids and the try number).
     :param timeout: the job's run-time limit (timedelta, seconds, ``"2h"``, ``"1800s"``).
     :param service_account: the job's service account.
     :param job_type: what is submitted with that spec: ``"custom_job"`` (default),
@@ -346,6 +346,10 @@ class VertexTrainingOperator(BaseOperator):
                  "airflow-dag": _label_value(self.dag_id), "airflow-task": _label_value(self.task_id)}
         if ti is not None and getattr(ti, "map_index", -1) not in (-1, None):
             extra["airflow-map-index"] = str(ti.map_index)
+        if ti is not None and getattr(ti, "run_id", None):  # which run owns the job (`jobs orphans`)
+            extra["airflow-run"] = _label_value(ti.run_id)
+        if ti is not None and isinstance(getattr(ti, "try_number", None), int):
+            extra["airflow-try"] = str(ti.try_number)  # the try that submitted it (`jobs list`)
         if submission_key:
             extra[SUBMISSION_LABEL] = submission_key
         return extra

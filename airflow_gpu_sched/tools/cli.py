@@ -1,16 +1,24 @@
-"""``airflow-gpu-sched``: the emulator server and the demo.
+"""``airflow-gpu-sched``: the emulator server, the demo, and the platform team's commands.
 
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
     airflow-gpu-sched demo [--speed X] [--strategies]
     airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json) [--out timeline.svg]
+    airflow-gpu-sched jobs list --project P --location L [--job-type T ...] [--json]
+    airflow-gpu-sched jobs orphans --project P --location L [--cancel [--yes]] [--json]
+    airflow-gpu-sched plan check DAG_FILE [--json]
+    airflow-gpu-sched quota check (DAG_FILE | --location L) [--project P] [--json]
 
-May import: vertex, emulator, tools; never airflow.
+The jobs, plan and quota commands need Airflow (a connection, the metadata DB, DagBag); the
+connection is ``--conn-id`` (default ``google_cloud_default``).
+
+May import: vertex, orchestration, emulator, tools; never airflow.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def _emulator(args: argparse.Namespace) -> int:
@@ -64,6 +72,154 @@ def _timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace, location: str | None = None):
+    from airflow_gpu_sched.tools import platform
+
+    return platform.make_client(args.conn_id, location or args.location, args.project, args.api_endpoint)
+
+
+def _reported(func: Any) -> Any:
+    """Errors the user can act on as one ``error:`` line and exit code 2, not a traceback."""
+    def command(args: argparse.Namespace) -> int:
+        from airflow_gpu_sched.tools.platform import CommandError
+        from airflow_gpu_sched.vertex.client import VertexError
+
+        try:
+            return func(args)
+        except (CommandError, VertexError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    command.__name__ = func.__name__
+    return command
+
+
+def _job_types(args: argparse.Namespace) -> list:
+    from airflow_gpu_sched.orchestration.job_types import get_job_type
+
+    return [get_job_type(key) for key in (args.job_type or JOB_TYPES)]
+
+
+JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "job_type",
+               "name"]
+
+
+def _jobs_list(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.tools import platform
+
+    platform.emit(platform.list_jobs(_client(args), _job_types(args)), JOB_COLUMNS, args.json)
+    return 0
+
+
+def _jobs_orphans(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.tools import platform
+
+    client = _client(args)
+    jobs = [job for job in platform.list_jobs(client, _job_types(args)) if job.active]
+    tis = platform.read_task_instances({job.dag for job in jobs if job.dag})
+    orphans = platform.find_orphans(jobs, tis)
+    rows = [{**platform.asdict(o.job), "why": o.why} for o in orphans]
+    platform.emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.json)
+    if not args.cancel or not orphans:
+        return 0
+    if not args.yes:
+        print(f"Cancel {len(orphans)} job(s)? [y/N] ", end="", flush=True, file=sys.stderr)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing cancelled", file=sys.stderr)
+            return 1
+    for orphan in orphans:
+        job_type_of(orphan.job.name).cancel(client, orphan.job.name)
+        print(f"cancel requested: {orphan.job.name}", file=sys.stderr)
+    return 0
+
+
+def _tasks(args: argparse.Namespace) -> list | None:
+    from airflow_gpu_sched.tools import platform
+
+    try:
+        return platform.training_tasks(args.dag_file)
+    except ValueError as exc:
+        print(f"error: {args.dag_file}: {exc}", file=sys.stderr)
+        return None
+
+
+def _plan_check(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.tools import platform
+
+    tasks = _tasks(args)
+    if tasks is None:
+        return 2
+    rows = [row for task in tasks for row in platform.plan_rows(task)]
+    platform.emit(rows, ["dag", "task", "position", "step", "regions", "rules", "violations"], args.json)
+    return 1 if any(row.violations for row in rows) else 0
+
+
+def _quota_check(args: argparse.Namespace) -> int:
+    from airflow_gpu_sched.tools import platform
+
+    if args.dag_file is None:  # the region's GPU quotas, no DAG
+        if not args.location:
+            print("error: quota check: give a DAG_FILE, or --location for the region's GPU quotas", file=sys.stderr)
+            return 2
+        rows = platform.region_quota_rows(_client(args), args.project, args.location)
+        platform.emit(rows, ["metric", "region", "limit"], args.json)
+        return 0
+    tasks = _tasks(args)
+    if tasks is None:
+        return 2
+    clients: dict = {}
+
+    def client_for(region: str):
+        if region not in clients:
+            clients[region] = _client(args, region)  # the DAG's regions, not --location
+        return clients[region]
+
+    rows = [row for task in tasks for row in platform.quota_rows(task, client_for, args.project)]
+    platform.emit(rows, ["dag", "task", "step", "region", "metric", "need", "limit", "verdict"], args.json)
+    return 1 if any(row.verdict.startswith("TOO LOW") for row in rows) else 0
+
+
+JOB_TYPES = ["custom_job", "hyperparameter_tuning_job", "training_pipeline"]
+# (flags, argparse keywords) once, for both trees: this one and `airflow gpu-sched ...`.
+_CONNECTION = [(("--conn-id",), {"default": "google_cloud_default", "help": "the google_cloud_platform connection"}),
+               (("--api-endpoint",), {"help": "override the connection's endpoint (e.g. the emulator's URL)"}),
+               (("--project",), {"help": "the project (default: the connection's)"})]
+_LOCATION = [(("--location",), {"required": True, "help": "the region, e.g. us-central1"})]
+_JSON = [(("--json",), {"action": "store_true", "help": "JSON for machines instead of a table"})]
+_JOB_TYPE = [(("--job-type",), {"action": "append", "choices": JOB_TYPES, "help": "only these (repeatable)"})]
+_DAG_FILE = [(("dag_file",), {"help": "a DAG file (loaded with Airflow's DagBag)"})]
+# group -> command -> (function, help, arguments)
+PLATFORM_COMMANDS: dict[str, tuple[str, dict[str, tuple[Any, str, list]]]] = {
+    "jobs": ("this package's Vertex AI jobs in a project and region", {
+        "list": (_jobs_list, "jobs labelled managed-by=airflow-gpu-sched: DAG, task, try, strategy, state, times",
+                 _CONNECTION + _LOCATION + _JOB_TYPE + _JSON),
+        "orphans": (_jobs_orphans, "active jobs whose task instance is no longer running or deferred",
+                    _CONNECTION + _LOCATION + _JOB_TYPE + _JSON + [
+                        (("--cancel",), {"action": "store_true", "help": "cancel them (asks first)"}),
+                        (("--yes",), {"action": "store_true", "help": "with --cancel: do not ask"})]),
+    }),
+    "plan": ("training tasks' plans", {
+        "check": (_plan_check, "each training task's plan: steps, regions, the rules each step is checked against",
+                  _DAG_FILE + _JSON)}),
+    "quota": ("training tasks' GPU quota", {
+        "check": (_quota_check, "what each training task needs at once against its regions' quotas",
+                  [(("dag_file",), {"nargs": "?", "help": "a DAG file (without one: --location's GPU quotas)"}),
+                   *_CONNECTION, (("--location",), {"help": "without DAG_FILE: the region"}), *_JSON])}),
+}
+
+
+def _platform_commands(sub: Any) -> None:
+    for group, (group_help, commands) in PLATFORM_COMMANDS.items():
+        group_parser = sub.add_parser(group, help=group_help)
+        group_sub = group_parser.add_subparsers(dest=f"{group}_command", required=True)
+        for name, (func, help_text, arguments) in commands.items():
+            command = group_sub.add_parser(name, help=help_text, description=help_text)
+            for flags, options in arguments:
+                command.add_argument(*flags, **options)
+            command.set_defaults(func=_reported(func))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-gpu-sched", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--xcom", help="a training task's return value (JSON file): one row per attempt")
     timeline.add_argument("--out", default="timeline.svg")
     timeline.set_defaults(func=_timeline)
+    _platform_commands(sub)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,0 +1,365 @@
+"""The platform team's commands: ``jobs list``, ``jobs orphans [--cancel]``, ``plan check``, ``quota check``.
+
+Each command is a pure part (rows from jobs, task instances or operators) and a thin shell
+that reads Vertex AI (the client), the Airflow metadata DB (its ORM session) or a DAG file
+(Airflow's DagBag), and prints a table or ``--json``.
+
+Which task instance owns a job: the operators label every job with ``managed-by``,
+``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
+``airflow-try`` (see ``operators/base.py`` ``_labels``). Label values are lowercased and cut to
+63 characters, so a job is matched to the task instances whose ids give the same label values.
+A job with no ``airflow-run`` label (submitted before the label existed) is matched to that
+task in every run: it counts as an orphan only when none of them is alive.
+
+May import: vertex, orchestration, operators, tools; airflow only inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterable, Iterator, TextIO
+
+from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
+
+MANAGED_FILTER = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
+# A task instance in one of these will still look after its job (a retry re-attaches by the
+# ledger), so its job is not an orphan.
+ALIVE_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
+                          "restarting"})
+
+
+class CommandError(Exception):
+    """What the user must fix (a connection, a file): printed as ``error: ...``, exit 2."""
+
+
+def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None):
+    """A client from the Airflow connection; with ``api_endpoint`` and no such connection, a plain
+    one for that endpoint (the emulator needs no credentials)."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
+
+    retry = RetryPolicy(initial=0.5, maximum=5.0, deadline=20.0)  # someone is waiting at a terminal
+    extra = {"api_endpoint": api_endpoint} if api_endpoint else {}
+    try:
+        return VertexClient.from_connection(conn_id, location=location, project=project, retry=retry, **extra)
+    except AirflowNotFoundException as exc:
+        if api_endpoint:
+            return VertexClient(location, project=project, api_endpoint=api_endpoint, retry=retry)
+        raise CommandError(f"{exc}: create it (`airflow connections add {conn_id} --conn-type "
+                           "google_cloud_platform ...`) or pass --conn-id") from None
+
+
+def label_value(text: str) -> str:
+    from airflow_gpu_sched.operators.base import _label_value
+
+    return _label_value(text)
+
+
+# ---------------------------------------------------------------------------------- jobs list
+
+@dataclass(frozen=True)
+class JobRow:
+    name: str
+    job_type: str
+    dag: str | None
+    task: str | None
+    map_index: str | None
+    run: str | None
+    try_number: str | None
+    strategy: str | None
+    state: str | None
+    created: str | None
+    started: str | None
+    ended: str | None
+    submission: str | None = None  # the operator's submission key label
+    parent: str | None = None  # a tuning job's trial / a pipeline's custom job: the parent's name
+
+    @property
+    def active(self) -> bool:
+        from airflow_gpu_sched.vertex.models import JobState
+
+        return self.state is not None and not JobState(self.state).is_terminal()
+
+
+def job_row(job_type: Any, resource: Any) -> JobRow:
+    """One listed resource (any job type) as a row: owner from its labels, the rest from its spec."""
+    view = job_type.view(resource)
+    labels = view.labels or {}
+    scheduling = view.job_spec.scheduling
+    strategy = scheduling.strategy if scheduling is not None and scheduling.strategy is not None else None
+    if view.job_spec.persistent_resource_id:
+        strategy = "PERSISTENT_RESOURCE"
+
+    def when(value: Any) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return JobRow(name=view.name or "", job_type=job_type.key, dag=labels.get("airflow-dag"),
+                  task=labels.get("airflow-task"), map_index=labels.get("airflow-map-index"),
+                  run=labels.get("airflow-run"), try_number=labels.get("airflow-try"),
+                  strategy=_name(strategy) or "STANDARD",  # no strategy given: on-demand VMs
+                  state=_name(view.state), created=when(view.create_time), started=when(view.start_time),
+                  ended=when(view.end_time), submission=labels.get(SUBMISSION_LABEL))
+
+
+def _name(value: Any) -> str | None:
+    return None if value is None else getattr(value, "value", None) or str(value)
+
+
+def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
+    rows = []
+    for job_type in job_types:
+        for resource in getattr(client, f"list_{job_type.key}s")(filter=MANAGED_FILTER):
+            rows.append(job_row(job_type, resource))
+    return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
+
+
+def link_children(rows: list[JobRow]) -> list[JobRow]:
+    """A tuning job's trials and a pipeline's custom job carry its labels (submission key included):
+    name their parent, so that the parent is what `jobs orphans` reports and cancels."""
+    parents = {r.submission: r.name for r in rows if r.job_type != "custom_job" and r.submission}
+    return [replace(r, parent=parents[r.submission]) if r.job_type == "custom_job" and r.submission in parents
+            else r for r in rows]
+
+
+# ---------------------------------------------------------------------------------- jobs orphans
+
+@dataclass(frozen=True)
+class TaskInstanceRow:
+    dag_id: str
+    task_id: str
+    map_index: int
+    run_id: str
+    state: str | None
+    try_number: int
+
+
+@dataclass(frozen=True)
+class Orphan:
+    job: JobRow
+    why: str
+
+
+def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRow]) -> list[Orphan]:
+    """Active jobs no live task instance owns: the decision, no I/O."""
+    by_task: dict[tuple[str, str, str], list[TaskInstanceRow]] = {}
+    for ti in task_instances:
+        map_index = "" if ti.map_index in (-1, None) else str(ti.map_index)
+        by_task.setdefault((label_value(ti.dag_id), label_value(ti.task_id), map_index), []).append(ti)
+    orphans = []
+    for job in jobs:
+        if not job.active or not job.dag or not job.task or job.parent:
+            continue  # ended; not labelled by an operator; or a trial/pipeline job: its parent is reported
+        owners = by_task.get((job.dag, job.task, job.map_index or ""), [])
+        if job.run:
+            owners = [ti for ti in owners if label_value(ti.run_id) == job.run]
+        alive = [ti for ti in owners if ti.state in ALIVE_STATES]
+        if alive:
+            continue
+        if not owners:
+            why = "no task instance of it in the metadata DB" + ("" if job.run else " (any run)")
+        else:
+            last = max(owners, key=lambda ti: ti.try_number)
+            why = f"task instance is {last.state or 'none'} (run {last.run_id}, try {last.try_number})"
+        orphans.append(Orphan(job, why))
+    return orphans
+
+
+def read_task_instances(dag_labels: set[str]) -> list[TaskInstanceRow]:
+    """The task instances of the DAGs whose ids give these label values, from the metadata DB."""
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag_ids = [d for d in session.scalars(select(TaskInstance.dag_id).distinct()) if label_value(d) in dag_labels]
+        if not dag_ids:
+            return []
+        query = select(TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.map_index, TaskInstance.run_id,
+                       TaskInstance.state, TaskInstance.try_number).where(TaskInstance.dag_id.in_(dag_ids))
+        return [TaskInstanceRow(d, t, m, r, _name(s), n or 0) for d, t, m, r, s, n in session.execute(query)]
+
+
+# ---------------------------------------------------------------------------------- DAG files
+
+def training_tasks(dag_file: str) -> list[Any]:
+    """The training operators of every DAG in the file, loaded as Airflow's DAG processor would."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_gpu_sched.operators.base import VertexTrainingOperator
+
+    if not os.path.isfile(dag_file):
+        raise ValueError("no such file")
+    # Airflow puts the DAGs folder on sys.path, so DAG files import their neighbours: do the same.
+    folder = os.path.dirname(os.path.abspath(dag_file))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    with _quiet("airflow.dag_processing"):  # its log lines would mix with the table/JSON; errors come below
+        bag = DagBag(dag_folder=dag_file, safe_mode=False)
+    if bag.import_errors:
+        raise ValueError("\n".join(_exception_text(err) for err in bag.import_errors.values()))
+    return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
+            if isinstance(task, VertexTrainingOperator)]
+
+
+def _exception_text(error: str) -> str:
+    """An import error without its traceback (Airflow stores them with one): the exception's lines."""
+    lines = error.strip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if not frames:
+        return error.strip()
+    rest = lines[frames[-1] + 1:]
+    start = next((i for i, line in enumerate(rest) if not line.startswith(" ")), 0)
+    return "\n".join(rest[start:])
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the load's log lines: its errors are reported after
+            yield
+    finally:
+        log.setLevel(level)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    dag: str
+    task: str
+    position: int
+    step: str
+    regions: list[str]
+    rules: list[str]
+    violations: list[str]
+
+
+def rule_sets(task: Any, step: Any) -> list[str]:
+    """The groups of ``vertex/rules.py`` a step's job is checked against (``check_job_spec``)."""
+    found = ["general"]
+    if step.resource_id:
+        found.append("persistent resource")  # the reference here; the pool's fit when the task runs
+    elif step.strategy in ("FLEX_START", "SPOT"):
+        found.append(step.strategy)
+    if task.job_kind.key != "custom_job":
+        found.append(task.job_kind.key)
+    return found
+
+
+def plan_rows(task: Any) -> list[StepRow]:
+    """Each step of the task's plan, its regions in the order tried, and the rules its job breaks
+    (as the operator checks them before submitting; templated fields are checked once rendered)."""
+    from airflow_gpu_sched.orchestration import job_spec
+
+    order = task.positions()
+    rows = []
+    for index, step in enumerate(task.plan):
+        found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
+        rows.append(StepRow(task.dag_id, task.task_id, index, step.describe(),
+                            [region for i, region in order if i == index], rule_sets(task, step),
+                            [str(v) for v in found]))
+    return rows
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    dag: str
+    task: str
+    step: str
+    region: str
+    metric: str
+    need: int
+    limit: int | None
+    verdict: str
+
+
+def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[QuotaRow]:
+    """What each (step, region) of the task holds at once against the region's quota."""
+    from airflow_gpu_sched.orchestration.quota import NO_QUOTA_STRATEGIES, UNLIMITED, metric_for
+    from airflow_gpu_sched.vertex.client import VertexError
+    from airflow_gpu_sched.vertex.job_type_models import quota_limit
+
+    project = project or task.project_id
+    parallel = task.job_kind.parallelism(task.job_options())
+    rows: list[QuotaRow] = []
+    infos_by_region: dict[str, Any] = {}
+    for index, region in task.positions():
+        step = task.plan[index]
+        if step.strategy in NO_QUOTA_STRATEGIES:
+            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, "-", 0, None,
+                                 "no quota: the persistent resource's VMs exist"))
+            continue
+        demand = task.build_job(step=step).job_spec.accelerator_demand()
+        for accelerator, need in demand.items():
+            metric = metric_for(accelerator, step.strategy)
+            if region not in infos_by_region:
+                try:
+                    infos_by_region[region] = list(client_for(region).list_quota_infos(project))
+                except VertexError as exc:
+                    infos_by_region[region] = exc
+            infos = infos_by_region[region]
+            if isinstance(infos, Exception):
+                rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
+                                     None, f"unreadable: {type(infos).__name__}"))
+                continue
+            limit = quota_limit(infos, metric, region)
+            if limit is None or limit <= UNLIMITED:
+                verdict = "ok (no limit reported)"
+            elif need * parallel > limit:
+                verdict = f"TOO LOW: needs {need * parallel}, limit {limit}"
+            else:
+                verdict = "ok"
+            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
+                                 limit, verdict))
+    return rows
+
+
+def region_quota_rows(client: Any, project: str | None, region: str) -> list[dict[str, Any]]:
+    """The region's GPU training quotas (the metrics the strategies draw on), without a DAG."""
+    rows = []
+    for info in client.list_quota_infos(project):
+        metric = info.metric or ""
+        if "custom_model_training_" in metric and metric.endswith("_gpus"):
+            limit = info.limit_for(region)
+            rows.append({"metric": metric, "region": region, "limit": "unlimited" if limit == -1 else limit})
+    return sorted(rows, key=lambda r: r["metric"])
+
+
+# ---------------------------------------------------------------------------------- output
+
+def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # looked up at call time (tests and callers redirect it)
+    if not rows:
+        print("(none)", file=out)
+        return
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value) or "ok"
+    return str(value)
+
+
+def emit(rows: list[Any], columns: list[str], as_json: bool, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    dicts = [asdict(r) if not isinstance(r, dict) else r for r in rows]
+    if as_json:
+        print(json.dumps(dicts, indent=2), file=out)
+    else:
+        print_table(dicts, columns, out)

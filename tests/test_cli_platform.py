@@ -1,0 +1,321 @@
+"""The platform team's commands (`jobs list`, `jobs orphans`, `plan check`, `quota check`), driven
+through ``main(argv)`` with captured output, against the emulator and a real Airflow metadata DB
+(the SQLite one ``dag.test()`` runs on)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import requests
+
+from airflow_gpu_sched.tools.cli import main
+from tests.airflow_harness import run_dag
+from tests.conftest import LOCATION, PROJECT
+
+REPO = Path(__file__).resolve().parent.parent
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+WHERE = ["--project", PROJECT, "--location", LOCATION]
+
+
+@pytest.fixture
+def airflow(airflow_db, fast_emulator):
+    return fast_emulator
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # drop what the DAG run logged before
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _dies_after_create_dag(dag_id: str):
+    """A task whose worker dies right after its job was created: the task fails, the job runs on."""
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import SpotTrainingOperator
+
+    class DiesAfterCreate(SpotTrainingOperator):
+        def wait_for_job(self, context, job_name, *args, **kwargs):
+            raise SystemExit("worker killed")
+
+    with DAG(dag_id, schedule=None, start_date=START) as dag:
+        DiesAfterCreate(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+                        poll_interval=0.02, retries=0, **A100)
+    return dag
+
+
+def _state(emulator, name: str) -> str:
+    return requests.get(f"{emulator.url}/v1/{name}", timeout=5).json()["state"]
+
+
+def test_jobs_list_shows_dag_task_try_strategy_and_state_from_labels_and_spec(airflow, capsys):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+    with DAG("cli_listed", schedule=None, start_date=START) as dag:
+        FlexStartTrainingOperator(task_id="Train.Big", project_id=PROJECT, location=LOCATION,
+                                  image_uri="gcr.io/p/trainer:1", max_wait_duration="1h", poll_interval=0.02,
+                                  **A100)
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    # a job of someone else in the same region is not listed
+    requests.post(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5, json={
+        "displayName": "not-ours", "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"},
+                                                                     "replicaCount": "1",
+                                                                     "containerSpec": {"imageUri": "gcr.io/p/x"}}]}})
+
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--json")
+    assert code == 0
+    [row] = json.loads(out)
+    assert row["name"] == result["Train.Big"].return_value["job_name"]
+    assert (row["dag"], row["task"], row["try_number"], row["strategy"], row["state"]) == (
+        "cli_listed", "train-big", "1", "FLEX_START", "JOB_STATE_SUCCEEDED")
+    assert row["run"] == result.run_id.lower().replace(":", "-").replace("+", "-").replace(".", "-")
+    assert row["created"] and row["ended"] and row["job_type"] == "custom_job"
+
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE)
+    header, line = out.splitlines()
+    assert header.split()[:6] == ["DAG", "TASK", "MAP_INDEX", "TRY_NUMBER", "STRATEGY", "STATE"]
+    assert line.split()[:6] == ["cli_listed", "train-big", "-", "1", "FLEX_START", "JOB_STATE_SUCCEEDED"]
+
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--job-type", "training_pipeline")
+    assert code == 0 and out.strip() == "(none)"
+
+
+def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(airflow, capsys):
+    from sqlalchemy import update
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    result = run_dag(_dies_after_create_dag("cli_orphaned"), logical_date=START)
+    assert result["train"].state == "failed"
+    [name] = [j["name"] for j in requests.get(
+        f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
+    assert _state(airflow, name) not in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING")  # the job ran on
+
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "--json")
+    [orphan] = json.loads(out)
+    assert code == 0 and orphan["name"] == name and orphan["dag"] == "cli_orphaned"
+    assert orphan["why"] == f"task instance is failed (run {result.run_id}, try 1)"
+
+    # the same task instance alive again (a retry queued): its job is looked after, not an orphan
+    with create_session() as session:
+        session.execute(update(TaskInstance).where(TaskInstance.dag_id == "cli_orphaned")
+                        .values(state="up_for_retry"))
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "--json")
+    assert json.loads(out) == []
+    with create_session() as session:
+        session.execute(update(TaskInstance).where(TaskInstance.dag_id == "cli_orphaned").values(state="failed"))
+
+    code, out, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel", "--yes")
+    assert code == 0 and "task instance is failed" in out and f"cancel requested: {name}" in err
+    assert _state(airflow, name) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    airflow.advance(10)
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE)
+    assert out.strip() == "(none)"
+
+
+def test_orphans_cancel_asks_first_and_no_cancels_nothing(airflow, capsys, monkeypatch):
+    run_dag(_dies_after_create_dag("cli_orphan_asked"), logical_date=START)
+    [name] = [j["name"] for j in requests.get(
+        f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))  # Enter: the default, No
+    code, _, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel")
+    assert code == 1 and "Cancel 1 job(s)? [y/N]" in err and "nothing cancelled" in err
+    assert _state(airflow, name) not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, _, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel")
+    assert code == 0 and f"cancel requested: {name}" in err
+    assert _state(airflow, name) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+
+
+def test_a_job_whose_run_was_deleted_is_an_orphan(airflow, capsys):
+    """No task instance at all (the run was deleted): the job is an orphan too."""
+    from sqlalchemy import delete
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    run_dag(_dies_after_create_dag("cli_run_deleted"), logical_date=START)
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.dag_id == "cli_run_deleted"))
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "--json")
+    [orphan] = json.loads(out)
+    assert orphan["dag"] == "cli_run_deleted" and orphan["why"] == "no task instance of it in the metadata DB"
+
+
+DAG_FILE = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_gpu_sched.operators import GpuTrainingOperator
+
+with DAG("cli_planned", schedule=None, start_date=datetime(2026, 1, 1)):
+    GpuTrainingOperator(
+        task_id="train", project_id="{project}", location="us-central1", image_uri="gcr.io/p/trainer:1",
+        machine_type="a2-highgpu-{count}g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count={count},
+        plan=[{{"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": ["us-central1", "us-east4"]}},
+              {{"strategy": "SPOT"}},
+              {{"strategy": "PERSISTENT_RESOURCE", "persistent_resource_id": "pool-a"}}])
+"""
+
+
+def _dag_file(tmp_path, count: int = 1, **extra: str) -> str:
+    path = tmp_path / "planned.py"
+    path.write_text(DAG_FILE.format(project=PROJECT, count=count, **extra))
+    return str(path)
+
+
+def test_plan_check_lists_each_step_its_regions_and_the_rules_it_passes(airflow_db, tmp_path, capsys):
+    code, out, _ = cli(capsys, "plan", "check", _dag_file(tmp_path), "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert [(r["task"], r["position"], r["step"].split("(")[0], r["regions"], r["violations"]) for r in rows] == [
+        ("train", 0, "FLEX_START", ["us-central1", "us-east4"], []),
+        ("train", 1, "SPOT", ["us-central1"], []),
+        ("train", 2, "PERSISTENT_RESOURCE", ["us-central1"], [])]
+    assert "max_wait_duration=2:00:00" in rows[0]["step"]
+    assert "pool-a" in rows[2]["step"]
+    assert rows[0]["rules"] == ["general", "FLEX_START"] and rows[2]["rules"] == ["general", "persistent resource"]
+
+    code, out, _ = cli(capsys, "plan", "check", _dag_file(tmp_path))
+    assert out.splitlines()[0].split() == ["DAG", "TASK", "POSITION", "STEP", "REGIONS", "RULES", "VIOLATIONS"]
+    assert "us-central1; us-east4" in out.splitlines()[1]
+
+
+def test_plan_check_of_a_dag_that_breaks_a_rule_names_the_field(airflow_db, tmp_path, capsys):
+    path = tmp_path / "bad.py"
+    text = DAG_FILE.format(project=PROJECT, count=1).replace("accelerator_count=1", "accelerator_count=3")
+    path.write_text(textwrap.dedent(text))  # a2-highgpu-1g has 1 A100
+    code, out, err = cli(capsys, "plan", "check", str(path))
+    assert code == 2 and out == ""
+    assert str(path) in err and "Traceback" not in err  # the exception, not Airflow's stored traceback
+    assert ("acceleratorCount: plan[0] FLEX_START: 'a2-highgpu-1g' takes NVIDIA_TESLA_A100 in counts of [1] "
+            "(got 3)") in err
+    assert "plan[1] SPOT" in err and "plan[2] PERSISTENT_RESOURCE" in err  # every step's violation
+
+
+def test_quota_check_compares_each_step_and_region_with_the_quota(airflow, tmp_path, capsys):
+    airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 1, region="us-east4")
+    airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 16, region="us-central1")
+    code, out, _ = cli(capsys, "quota", "check", _dag_file(tmp_path, count=2), "--json")
+    rows = {(r["step"], r["region"]): r for r in json.loads(out)}
+    assert code == 1  # a quota too low: a non-zero exit for scripts
+    assert rows["FLEX_START", "us-east4"]["verdict"] == "TOO LOW: needs 2, limit 1"
+    assert rows["FLEX_START", "us-central1"]["verdict"] == "ok" and rows["FLEX_START", "us-central1"]["limit"] == 16
+    assert rows["FLEX_START", "us-east4"]["metric"] == (
+        "aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_a100_gpus")
+    assert rows["PERSISTENT_RESOURCE", "us-central1"]["verdict"].startswith("no quota")
+
+    airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 8, region="us-east4")
+    code, out, _ = cli(capsys, "quota", "check", _dag_file(tmp_path, count=2))
+    assert code == 0 and "TOO LOW" not in out and "us-east4" in out
+
+
+def _airflow() -> str:
+    return str(Path(sys.executable).with_name("airflow"))
+
+
+def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_path):
+    """`airflow gpu-sched ...` (the provider info's ``cli`` key), in its own process, as users run it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    good = subprocess.run([_airflow(), "gpu-sched", "plan", "check", _dag_file(tmp_path), "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert good.returncode == 0, good.stderr
+    assert [row["step"].split("(")[0] for row in json.loads(good.stdout)] == [
+        "FLEX_START", "SPOT", "PERSISTENT_RESOURCE"]
+
+    bad = tmp_path / "bad.py"
+    bad.write_text(DAG_FILE.format(project=PROJECT, count=1).replace("accelerator_count=1", "accelerator_count=3"))
+    refused = subprocess.run([_airflow(), "gpu-sched", "plan", "check", str(bad)], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert refused.returncode == 2 and "acceleratorCount" in refused.stderr  # the exit code survives airflow's CLI
+
+    listed = subprocess.run([_airflow(), "gpu-sched", "jobs", "list", "--location", LOCATION,
+                             "--api-endpoint", airflow.url, "--json"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+def _job(**labels):
+    from airflow_gpu_sched.tools import platform
+
+    base = dict(name="projects/p/locations/l/customJobs/1", job_type="custom_job", dag="nightly-x", task="train",
+                map_index=None, run="manual__1", try_number="1", strategy="SPOT", state="JOB_STATE_RUNNING",
+                created=None, started=None, ended=None)
+    return platform.JobRow(**{**base, **labels})
+
+
+def _ti(state, dag_id="Nightly.X", task_id="train", map_index=-1, run_id="manual__1", try_number=1):
+    from airflow_gpu_sched.tools import platform
+
+    return platform.TaskInstanceRow(dag_id, task_id, map_index, run_id, state, try_number)
+
+
+@pytest.mark.parametrize("job, tis, orphan", [
+    (_job(), [_ti("deferred")], False),                                       # ids matched as label values
+    (_job(), [_ti("failed")], True),
+    (_job(state="JOB_STATE_SUCCEEDED"), [_ti("failed")], False),              # ended: nothing to cancel
+    (_job(), [_ti("running", run_id="manual__2"), _ti("success")], True),      # another run alive: not its owner
+    (_job(run=None), [_ti("running", run_id="manual__2"), _ti("failed")], False),  # no run label: any run
+    (_job(map_index="2"), [_ti("running", map_index=1), _ti("failed", map_index=2)], True),
+    (_job(map_index="1"), [_ti("running", map_index=1), _ti("failed", map_index=2)], False),
+    (_job(), [], True),
+    (_job(task=None), [], False),                                             # not submitted by an operator
+])
+def test_which_active_jobs_are_orphans(job, tis, orphan):
+    from airflow_gpu_sched.tools import platform
+
+    assert [o.job for o in platform.find_orphans([job], tis)] == ([job] if orphan else [])
+
+
+def test_quota_check_without_a_dag_lists_the_regions_gpu_quotas(fast_emulator, capsys):
+    fast_emulator.set_quota_limit("custom_model_training_preemptible_nvidia_h100_gpus", 3, region="us-east4")
+    code, out, _ = cli(capsys, "quota", "check", "--location", "us-east4", "--json")
+    limits = {row["metric"].rsplit("/", 1)[-1]: row["limit"] for row in json.loads(out)}
+    assert code == 0 and limits["custom_model_training_preemptible_nvidia_h100_gpus"] == 3
+    code, _, err = cli(capsys, "quota", "check")
+    assert code == 2 and "give a DAG_FILE, or --location" in err
+
+
+def test_a_missing_connection_is_one_error_line_naming_it(airflow_db, capsys, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    code, out, err = cli(capsys, "jobs", "list", "--location", LOCATION, "--conn-id", "no_such_conn")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "no_such_conn" in err and "airflow connections add" in err
+
+
+def test_api_endpoint_without_a_connection_reads_the_emulator(emulator, airflow_db, capsys, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    requests.post(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5, json={
+        "displayName": "by-hand", "labels": {"managed-by": "airflow-gpu-sched", "airflow-dag": "d"},
+        "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                                         "containerSpec": {"imageUri": "gcr.io/p/x"}}]}})
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--api-endpoint", emulator.url, "--json")
+    [row] = json.loads(out)
+    assert code == 0 and row["dag"] == "d" and row["task"] is None and row["strategy"] == "STANDARD"
+
+
+def test_a_tuning_jobs_trials_are_linked_to_it_and_only_the_tuning_job_is_an_orphan():
+    from airflow_gpu_sched.tools import platform
+
+    tuning = _job(name="projects/p/locations/l/hyperparameterTuningJobs/7", job_type="hyperparameter_tuning_job",
+                  submission="k1")
+    trial = _job(name="projects/p/locations/l/customJobs/8", submission="k1")
+    other = _job(name="projects/p/locations/l/customJobs/9", submission="k2")
+    linked = platform.link_children([tuning, trial, other])
+    assert [r.parent for r in linked] == [None, tuning.name, None]
+    assert [o.job.name for o in platform.find_orphans(linked, [_ti("failed")])] == [tuning.name, other.name]
