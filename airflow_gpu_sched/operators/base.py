@@ -28,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
 from airflow_gpu_sched.orchestration import job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
@@ -129,7 +130,9 @@ class VertexTrainingOperator(BaseOperator):
         warns. ``False`` turns it off.
     :param gcp_conn_id: Airflow connection (``google_cloud_platform`` type; extra
         ``api_endpoint`` points at another root, e.g. the emulator).
-    :param deferrable: wait in the triggerer (default) or poll in the worker.
+    :param deferrable: wait in the triggerer (True) or poll in the worker (False); default
+        ``[operators] default_deferrable`` of the Airflow config (False unless set), as Airflow's
+        own operators.
     :param poll_interval: seconds between polls.
     :param transient_error_window: seconds of failing API calls (5xx, 429, network) tolerated
         before the task fails with :class:`VertexUnreachable`.
@@ -147,9 +150,14 @@ class VertexTrainingOperator(BaseOperator):
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     """
 
-    template_fields = ("display_name", "worker_pool_specs", "image_uri", "args", "env",
-                       "base_output_dir", "labels", "study_spec", "model_display_name", "parent_model")
-    template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json"}
+    # Everything a user would template; the plan's steps through ``plan_spec`` (the raw steps,
+    # parsed again once rendered: see render_template_fields).
+    template_fields = ("project_id", "location", "display_name", "worker_pool_specs", "image_uri", "command",
+                       "args", "env", "machine_type", "accelerator_type", "accelerator_count", "replica_count",
+                       "base_output_dir", "labels", "service_account", "study_spec", "model_display_name",
+                       "parent_model", "gcp_conn_id", "plan_spec")
+    template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json",
+                                 "plan_spec": "json"}
     operator_extra_links = (VertexCustomJobLink(),)
     ui_color = "#c9e4ff"
 
@@ -182,7 +190,7 @@ class VertexTrainingOperator(BaseOperator):
         parent_model: str | None = None,
         quota_preflight: bool = True,
         gcp_conn_id: str = "google_cloud_default",
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 30.0,
         transient_error_window: float = TRANSIENT_ERROR_WINDOW,
         plan: list[Step | dict[str, Any]] | None = None,
@@ -240,13 +248,23 @@ class VertexTrainingOperator(BaseOperator):
         self.on_capacity_acquired = on_capacity_acquired
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
-        try:
-            self.plan = parse_plan([*(plan if plan is not None else self.own_steps()), *(fallback or [])])
-        except PlanError as exc:
-            raise InvalidTrainingSpec(exc.violations, f"plan of {self.task_id!r}") from None
+        self.plan_spec = [*(plan if plan is not None else self.own_steps()), *(fallback or [])]
+        self.plan = self._parse_plan(ignore_templates=True)
         self._job_name: str | None = None  # the job on_kill cancels (sync mode)
         self._ledger: SubmissionLedger | None = None  # the running loop's
         self._check_at_parse_time()
+
+    def _parse_plan(self, ignore_templates: bool) -> list[Step]:
+        try:
+            return parse_plan(self.plan_spec, ignore_templates=ignore_templates)
+        except PlanError as exc:
+            raise InvalidTrainingSpec(exc.violations, f"plan of {self.task_id!r}") from None
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render, then parse the rendered plan: a templated step value is checked here, before
+        any call (a literal one was checked when the DAG was parsed)."""
+        super().render_template_fields(context, jinja_env)
+        self.plan = self._parse_plan(ignore_templates=False)
 
     def own_steps(self) -> list[Step]:
         """The preset operators' own step (GpuTrainingOperator takes ``plan=`` instead)."""
@@ -289,7 +307,8 @@ class VertexTrainingOperator(BaseOperator):
         pools = job_spec.worker_pools(
             self.worker_pool_specs, image_uri=self.image_uri, command=self.command, args=self.args,
             env=self.env, machine_type=self.machine_type, accelerator_type=self.accelerator_type,
-            accelerator_count=self.accelerator_count, replica_count=self.replica_count)
+            accelerator_count=_count_arg("accelerator_count", self.accelerator_count),
+            replica_count=_count_arg("replica_count", self.replica_count))
         labels = {**(self.labels or {}), **(extra_labels or {})}
         return job_spec.build_custom_job(
             display_name=self.display_name or f"{self.dag_id}-{self.task_id}",
@@ -666,6 +685,17 @@ def _json_arg(name: str, text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise InvalidTrainingSpec([Violation(name, f"must be a JSON object once rendered ({exc})")]) from None
+
+
+def _count_arg(name: str, value: Any) -> int | None:
+    """A count as given, or as a template renders it (text); None while still a template."""
+    if not isinstance(value, str):
+        return value
+    if job_spec.has_template(value):
+        return None  # checked once rendered
+    if not value.strip().isdigit():
+        raise InvalidTrainingSpec([Violation(name, f"must be a whole number once rendered (got {value!r})")])
+    return int(value)
 
 
 def _try_number(context: Context) -> int | None:

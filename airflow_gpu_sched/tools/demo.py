@@ -161,7 +161,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         print(f"  dashboard (while the demo runs): {emulator.url}/", flush=True)
         env = {**os.environ,
                "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-               "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+               "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
                "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": {
                    "project": PROJECT, "api_endpoint": emulator.url}}),
