@@ -115,8 +115,9 @@ class PlanError(ValueError):
 def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templates: bool = False) -> Step:
     """A typed step from a step or a dict; errors name the key and the rule.
 
-    With ``ignore_templates`` (DAG parse time), a value that is still a Jinja template takes the
-    step's default for now and its rules are left for the parse after rendering; the strategy
+    With ``ignore_templates`` (DAG parse time), a value that is still a Jinja template is kept as
+    is (a duration or a count: the step's default for now) and its rules are left for the parse
+    after rendering; the strategy
     itself must be literal (the plan's shape is known when the DAG is parsed)."""
     if isinstance(value, Step):
         return value
@@ -135,7 +136,10 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templ
     for key, raw in data.items():
         if ignore_templates and key in names and _is_template(raw):
             templated.add(f"{path}.{key}")
-            continue
+            if key in _DURATIONS or key == "max_preemption_retries":
+                continue  # the default until rendered
+            kwargs[key] = tuple(raw) if isinstance(raw, list) else (raw,) if key == "locations" else raw
+            continue  # text: the template itself (the job's checks skip templated values)
         if key not in names:
             problems.append(Violation(f"{path}.{key}", f"is not an argument of a {strategy} step "
                                                        f"(it takes: {', '.join(sorted(names))})"))
