@@ -16,7 +16,10 @@ def get_provider_info() -> dict:
         "description": "Vertex AI training under FLEX_START, SPOT and persistent resources, "
                        "with no duplicate or orphaned jobs, and a local Vertex AI emulator.",
         "versions": [current],
-        "extra-links": ["airflow_gpu_sched.operators.base.VertexCustomJobLink"],
+        "extra-links": ["airflow_gpu_sched.operators.base.VertexCustomJobLink",
+                        *(f"airflow_gpu_sched.operators.links.{name}" for name in (
+                            "VertexTuningJobLink", "VertexTrainingPipelineLink", "VertexModelLink",
+                            "VertexPersistentResourceLink", "VertexJobLogsLink"))],
         "triggers": [{"integration-name": "Vertex AI GPU training",
                       "python-modules": ["airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity"]}],
         "operators": [{"integration-name": "Vertex AI GPU training",

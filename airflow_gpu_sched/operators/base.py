@@ -13,7 +13,7 @@ Imports of the clients (requests, google-auth, httpx) and of :mod:`plan_engine` 
 dataclasses) happen only when a task runs, so importing the operators at DAG-parse time stays
 cheap.
 
-May import: vertex, orchestration, triggers; airflow.
+May import: vertex, orchestration, triggers, operators; airflow.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
+from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, console_links
 from airflow_gpu_sched.orchestration import job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
@@ -73,14 +74,15 @@ JOB_NAME_KEY = "job_name"
 
 
 class VertexCustomJobLink(BaseOperatorLink):
-    """Extra link "Vertex AI Custom Job": the console page of the task's latest job."""
+    """Extra link "Vertex AI Custom Job": the console page of the task's latest custom job (the
+    other job types, the resource, model and logs: :mod:`airflow_gpu_sched.operators.links`)."""
 
     name = "Vertex AI Custom Job"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         from airflow.sdk.execution_time.xcom import XCom
 
-        return XCom.get_value(key=CONSOLE_URL_KEY, ti_key=ti_key) or ""
+        return (XCom.get_value(key=LINKS_KEY, ti_key=ti_key) or {}).get("custom_job", "")
 
 
 def _label_value(text: str) -> str:
@@ -158,7 +160,7 @@ class VertexTrainingOperator(BaseOperator):
                        "parent_model", "gcp_conn_id", "plan_spec")
     template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json",
                                  "plan_spec": "json"}
-    operator_extra_links = (VertexCustomJobLink(),)
+    operator_extra_links = (VertexCustomJobLink(), *LINKS)
     ui_color = "#c9e4ff"
 
     def __init__(
@@ -560,6 +562,7 @@ class VertexTrainingOperator(BaseOperator):
         if ti is not None:
             ti.xcom_push(key=JOB_NAME_KEY, value=created.name)
             ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(created.name))
+            ti.xcom_push(key=LINKS_KEY, value=console_links(created.name, step.resource_id))
         return created.name
 
     def wait_for_job(self, context: Context, job_name: str) -> dict[str, Any]:
