@@ -52,7 +52,7 @@ def test_the_wheel_carries_the_markers_the_license_and_the_examples(installed):
     assert "airflow_gpu_sched/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
     assert {"airflow_gpu_sched/examples/nightly_retraining.py", "airflow_gpu_sched/examples/training/train.py",
-            "airflow_gpu_sched/emulator/data/request_schema.json"} <= set(names)
+            "airflow_gpu_sched/vertex/data/request_schema.json"} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Classifier: Framework :: Apache Airflow :: Provider" in metadata
     assert "Project-URL:" in metadata
