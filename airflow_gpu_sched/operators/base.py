@@ -111,6 +111,15 @@ class VertexTrainingOperator(BaseOperator):
     :param worker_pool_specs: the pools, as REST JSON dicts (as in the Vertex docs) or models;
         or use the one-pool shorthand ``image_uri``, ``command``, ``args``, ``env``,
         ``machine_type``, ``accelerator_type``, ``accelerator_count``, ``replica_count``.
+    :param job_spec: the whole CustomJob body, REST JSON as ``customJobs.create`` takes it
+        (``{"displayName": ..., "labels": ..., "encryptionSpec": ..., "jobSpec": {...}}``; a bare
+        CustomJobSpec, as ``gcloud ai custom-jobs create --config`` reads, is taken as its
+        ``jobSpec``), inline or as a ``.json``/``.yaml``/``.yml`` template file. It carries what the
+        arguments do not (network, encryptionSpec, tensorboard, enableWebAccess, experiment,
+        reservationAffinity, scheduling.restartJobOnWorkerRestart/disableRetries, ...); the
+        operator's arguments and the plan's step are merged over it (the step's strategy, wait and
+        persistent resource win; labels merged). Checked against Google's schema before any call:
+        an unknown field or a wrong type fails with :class:`InvalidTrainingSpec` naming its path.
     :param base_output_dir: ``gs://`` prefix -> ``baseOutputDirectory``; Vertex sets
         ``AIP_CHECKPOINT_DIR=<dir>/checkpoints/`` in every worker, and every attempt of the task
         (every step and region of its plan) gets the same one, so a job resumes from the
@@ -157,9 +166,12 @@ class VertexTrainingOperator(BaseOperator):
     template_fields = ("project_id", "location", "display_name", "worker_pool_specs", "image_uri", "command",
                        "args", "env", "machine_type", "accelerator_type", "accelerator_count", "replica_count",
                        "base_output_dir", "labels", "service_account", "study_spec", "model_display_name",
-                       "parent_model", "gcp_conn_id", "plan_spec")
+                       "parent_model", "gcp_conn_id", "plan_spec", "job_spec")
+    # job_spec="train.yaml": Airflow renders a file of these endings (DAG folder /
+    # template_searchpath) into its text, parsed as JSON or YAML once rendered
+    template_ext = (".json", ".yaml", ".yml")
     template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json",
-                                 "plan_spec": "json"}
+                                 "plan_spec": "json", "job_spec": "json"}
     operator_extra_links = (VertexCustomJobLink(), *LINKS)
     ui_color = "#c9e4ff"
 
@@ -170,6 +182,7 @@ class VertexTrainingOperator(BaseOperator):
         location: str,
         display_name: str | None = None,
         worker_pool_specs: Any = None,
+        job_spec: dict[str, Any] | str | None = None,
         image_uri: str | None = None,
         command: list[str] | None = None,
         args: list[str] | None = None,
@@ -211,6 +224,7 @@ class VertexTrainingOperator(BaseOperator):
         self.location = location
         self.display_name = display_name
         self.worker_pool_specs = worker_pool_specs
+        self.job_spec = job_spec
         self.image_uri = image_uri
         self.command = command
         self.args = args
@@ -265,8 +279,27 @@ class VertexTrainingOperator(BaseOperator):
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render, then parse the rendered plan: a templated step value is checked here, before
         any call (a literal one was checked when the DAG was parsed)."""
-        super().render_template_fields(context, jinja_env)
+        # template_ext applies to job_spec alone: an argument such as args=["--config=c.yaml"]
+        # stays text instead of being read as a template file
+        jinja_env = jinja_env or self.get_template_env()
+        self._do_render_template_fields(self, ("job_spec",), context, jinja_env, set())
+        self.template_ext = ()
+        try:
+            self._do_render_template_fields(self, [f for f in self.template_fields if f != "job_spec"], context,
+                                            jinja_env, set())
+        finally:
+            del self.template_ext  # back to the class's
         self.plan = self._parse_plan(ignore_templates=False)
+
+    def resolve_template_files(self) -> None:
+        """At DAG parse, read job_spec's file (only job_spec's: see render_template_fields)."""
+        if isinstance(self.job_spec, str) and self.job_spec.endswith(tuple(self.template_ext)):
+            env = self.get_template_env()
+            try:
+                self.job_spec = env.loader.get_source(env, self.job_spec)[0]
+            except Exception:  # not found from here: rendering reads it (or names the error)
+                self.log.debug("job_spec file %s not resolved at parse time", self.job_spec)
+        self.prepare_template()
 
     def own_steps(self) -> list[Step]:
         """The preset operators' own step (GpuTrainingOperator takes ``plan=`` instead)."""
@@ -306,8 +339,10 @@ class VertexTrainingOperator(BaseOperator):
     def build_job(self, extra_labels: dict[str, str] | None = None, step: Step | None = None,
                   max_wait: timedelta | None = None) -> CustomJob:
         step = step or self.plan[0]
+        given = job_spec.parse_given_job(self.job_spec)
         pools = job_spec.worker_pools(
-            self.worker_pool_specs, image_uri=self.image_uri, command=self.command, args=self.args,
+            self.worker_pool_specs if self.worker_pool_specs is not None or self._shorthand_given()
+            else job_spec.given_pools(given), image_uri=self.image_uri, command=self.command, args=self.args,
             env=self.env, machine_type=self.machine_type, accelerator_type=self.accelerator_type,
             accelerator_count=_count_arg("accelerator_count", self.accelerator_count),
             replica_count=_count_arg("replica_count", self.replica_count))
@@ -316,7 +351,10 @@ class VertexTrainingOperator(BaseOperator):
             display_name=self.display_name or f"{self.dag_id}-{self.task_id}",
             pools=pools, scheduling=step.scheduling(self.timeout, max_wait), labels=labels,
             base_output_dir=self.base_output_dir, service_account=self.service_account,
-            persistent_resource_id=step.resource_id)
+            persistent_resource_id=step.resource_id, given=given, own_display_name=self.display_name is not None)
+
+    def _shorthand_given(self) -> bool:
+        return self.image_uri is not None or self.machine_type is not None
 
     def job_options(self) -> JobOptions:
         study_spec = self.study_spec
@@ -342,6 +380,8 @@ class VertexTrainingOperator(BaseOperator):
     def _check_at_parse_time(self) -> None:
         if isinstance(self.worker_pool_specs, str) and job_spec.has_template(self.worker_pool_specs):
             return  # all of it is a template: checked after rendering
+        if isinstance(self.job_spec, str) or job_spec.has_template(self.job_spec):
+            return  # a template file, or templated values: checked once rendered, before any call
         found = self._violations(ignore_templates=True)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
