@@ -109,6 +109,8 @@ def test_an_unknown_field_is_refused_naming_its_path_before_any_call(airflow_db,
         "imageUri": "gcr.io/p/trainer:1"}}]
     with pytest.raises(InvalidTrainingSpec, match=r"custom_job\.job_spec.*Unknown name \"networkk\""):
         _operator(job_spec=bad)  # literal: refused when the DAG is parsed
+    with pytest.raises(InvalidTrainingSpec, match=r"Unknown name \"enableWebAcess\" at 'custom_job\.job_spec'"):
+        _operator(job_spec={**BODY, "jobSpec": {**BODY["jobSpec"], "enableWebAcess": True}})  # templated values too
     # from a file: refused once rendered, before any create
     (tmp_path / "bad.yaml").write_text(YAML.replace("enableWebAccess: true", "enableWebAccess: true\nwebAccess: 1"))
     fast_emulator.start_traffic()

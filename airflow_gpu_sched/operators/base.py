@@ -380,8 +380,15 @@ class VertexTrainingOperator(BaseOperator):
     def _check_at_parse_time(self) -> None:
         if isinstance(self.worker_pool_specs, str) and job_spec.has_template(self.worker_pool_specs):
             return  # all of it is a template: checked after rendering
-        if isinstance(self.job_spec, str) or job_spec.has_template(self.job_spec):
-            return  # a template file, or templated values: checked once rendered, before any call
+        if isinstance(self.job_spec, str):
+            return  # a template file: checked once rendered, before any call
+        if job_spec.has_template(self.job_spec):
+            # templated values are checked once rendered; a field name is never a template
+            found = [v for v in job_spec.schema_violations(job_spec.parse_given_job(self.job_spec))
+                     if "Unknown name" in v.rule]
+            if found:
+                raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
+            return
         found = self._violations(ignore_templates=True)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
