@@ -100,3 +100,20 @@ def test_a_templated_step_value_is_checked_once_rendered_before_any_job(airflow_
         GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/t:1",
                             machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100",
                             accelerator_count="two", plan=[{"strategy": "STANDARD"}])
+
+
+def test_the_persistent_preset_takes_a_templated_resource_id(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import PersistentResourceTrainingOperator
+
+    fast_emulator.reset(with_a100_pool("pool-b"))
+    with DAG("templated_pool", schedule=None, start_date=START, params={"pool": "pool-b"}) as dag:
+        PersistentResourceTrainingOperator(
+            task_id="train", project_id=PROJECT, location=LOCATION, persistent_resource_id="{{ params.pool }}",
+            image_uri="gcr.io/p/trainer:1", machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100",
+            accelerator_count=1, poll_interval=0.02)
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    job = requests.get(f"{fast_emulator.url}/v1/{result['train'].return_value['job_name']}", timeout=5).json()
+    assert job["jobSpec"]["persistentResourceId"] == "pool-b"
