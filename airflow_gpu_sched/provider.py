@@ -56,7 +56,10 @@ def get_provider_info() -> dict:
         "versions": [current],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_gpu_sched.hooks.vertex_training"]}],
         "connection-types": connection_types(google_provider_installed=_installed(GOOGLE_PROVIDER)),
-        "extra-links": ["airflow_gpu_sched.operators.base.VertexCustomJobLink"],
+        "extra-links": ["airflow_gpu_sched.operators.base.VertexCustomJobLink",
+                        *(f"airflow_gpu_sched.operators.links.{name}" for name in (
+                            "VertexTuningJobLink", "VertexTrainingPipelineLink", "VertexModelLink",
+                            "VertexPersistentResourceLink", "VertexJobLogsLink"))],
         "triggers": [{"integration-name": INTEGRATION,
                       "python-modules": ["airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity"]}],
         "operators": [{"integration-name": INTEGRATION,

@@ -67,6 +67,8 @@ def set_airflow_env(path: str | os.PathLike) -> Path:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* tests.* airflow_gpu_sched.*",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            # as a team that runs a triggerer sets it: the operators' deferrable default reads it
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         }
     )
     return home

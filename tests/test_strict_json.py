@@ -1,7 +1,7 @@
 """The emulator refuses request bodies as Google's JSON front end does, at the wire (raw HTTP).
 
 Google's SDK cannot send an unknown field, so these tests post raw JSON. The known fields are
-the vendored table's (airflow_gpu_sched/emulator/data/request_schema.json), which must equal what
+the vendored table's (airflow_gpu_sched/vertex/data/request_schema.json), which must equal what
 the installed discovery document and aiplatform_v1 protos give.
 """
 
@@ -14,7 +14,7 @@ import sys
 import pytest
 import requests
 
-from airflow_gpu_sched.emulator import schema
+from airflow_gpu_sched.vertex import request_schema as schema
 from tests.conftest import LOCATION, PROJECT
 
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
@@ -46,9 +46,9 @@ def refused(response: requests.Response) -> list[tuple[str | None, str]]:
 
 
 def test_vendored_table_is_what_the_discovery_document_and_protos_give():
-    path = schema.resources.files("airflow_gpu_sched.emulator") / "data" / schema.TABLE
+    path = schema.resources.files("airflow_gpu_sched.vertex") / "data" / schema.TABLE
     assert path.read_text(encoding="utf-8") == schema.dumps(schema.generate()), (
-        "regenerate: python -m airflow_gpu_sched.emulator.schema --regenerate")
+        "regenerate: python -m airflow_gpu_sched.vertex.request_schema --regenerate")
 
 
 def test_body_fields_of_the_table_are_the_gapic_http_rules_bodies():

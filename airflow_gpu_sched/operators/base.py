@@ -13,7 +13,7 @@ Imports of the clients (requests, google-auth, httpx) and of :mod:`plan_engine` 
 dataclasses) happen only when a task runs, so importing the operators at DAG-parse time stays
 cheap.
 
-May import: vertex, orchestration, triggers; airflow.
+May import: vertex, orchestration, triggers, operators; airflow.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
+from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, console_links
 from airflow_gpu_sched.orchestration import job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
@@ -73,14 +75,15 @@ JOB_NAME_KEY = "job_name"
 
 
 class VertexCustomJobLink(BaseOperatorLink):
-    """Extra link "Vertex AI Custom Job": the console page of the task's latest job."""
+    """Extra link "Vertex AI Custom Job": the console page of the task's latest custom job (the
+    other job types, the resource, model and logs: :mod:`airflow_gpu_sched.operators.links`)."""
 
     name = "Vertex AI Custom Job"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         from airflow.sdk.execution_time.xcom import XCom
 
-        return XCom.get_value(key=CONSOLE_URL_KEY, ti_key=ti_key) or ""
+        return (XCom.get_value(key=LINKS_KEY, ti_key=ti_key) or {}).get("custom_job", "")
 
 
 def _label_value(text: str) -> str:
@@ -109,6 +112,15 @@ class VertexTrainingOperator(BaseOperator):
     :param worker_pool_specs: the pools, as REST JSON dicts (as in the Vertex docs) or models;
         or use the one-pool shorthand ``image_uri``, ``command``, ``args``, ``env``,
         ``machine_type``, ``accelerator_type``, ``accelerator_count``, ``replica_count``.
+    :param job_spec: the whole CustomJob body, REST JSON as ``customJobs.create`` takes it
+        (``{"displayName": ..., "labels": ..., "encryptionSpec": ..., "jobSpec": {...}}``; a bare
+        CustomJobSpec, as ``gcloud ai custom-jobs create --config`` reads, is taken as its
+        ``jobSpec``), inline or as a ``.json``/``.yaml``/``.yml`` template file. It carries what the
+        arguments do not (network, encryptionSpec, tensorboard, enableWebAccess, experiment,
+        reservationAffinity, scheduling.restartJobOnWorkerRestart/disableRetries, ...); the
+        operator's arguments and the plan's step are merged over it (the step's strategy, wait and
+        persistent resource win; labels merged). Checked against Google's schema before any call:
+        an unknown field or a wrong type fails with :class:`InvalidTrainingSpec` naming its path.
     :param base_output_dir: ``gs://`` prefix -> ``baseOutputDirectory``; Vertex sets
         ``AIP_CHECKPOINT_DIR=<dir>/checkpoints/`` in every worker, and every attempt of the task
         (every step and region of its plan) gets the same one, so a job resumes from the
@@ -134,7 +146,9 @@ class VertexTrainingOperator(BaseOperator):
         or a list whose last account is impersonated through the ones before it (each holds
         Token Creator on the next), as in the Google provider's operators; wins over the
         connection's ``impersonation_chain``. The triggers use it too.
-    :param deferrable: wait in the triggerer (default) or poll in the worker.
+    :param deferrable: wait in the triggerer (True) or poll in the worker (False); default
+        ``[operators] default_deferrable`` of the Airflow config (False unless set), as Airflow's
+        own operators.
     :param poll_interval: seconds between polls.
     :param transient_error_window: seconds of failing API calls (5xx, 429, network) tolerated
         before the task fails with :class:`VertexUnreachable`.
@@ -157,10 +171,18 @@ class VertexTrainingOperator(BaseOperator):
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     """
 
-    template_fields = ("display_name", "worker_pool_specs", "image_uri", "args", "env",
-                       "base_output_dir", "labels", "study_spec", "model_display_name", "parent_model")
-    template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json"}
-    operator_extra_links = (VertexCustomJobLink(),)
+    # Everything a user would template; the plan's steps through ``plan_spec`` (the raw steps,
+    # parsed again once rendered: see render_template_fields).
+    template_fields = ("project_id", "location", "display_name", "worker_pool_specs", "image_uri", "command",
+                       "args", "env", "machine_type", "accelerator_type", "accelerator_count", "replica_count",
+                       "base_output_dir", "labels", "service_account", "study_spec", "model_display_name",
+                       "parent_model", "gcp_conn_id", "impersonation_chain", "plan_spec", "job_spec")
+    # job_spec="train.yaml": Airflow renders a file of these endings (DAG folder /
+    # template_searchpath) into its text, parsed as JSON or YAML once rendered
+    template_ext = (".json", ".yaml", ".yml")
+    template_fields_renderers = {"worker_pool_specs": "json", "env": "json", "labels": "json", "study_spec": "json",
+                                 "plan_spec": "json", "job_spec": "json"}
+    operator_extra_links = (VertexCustomJobLink(), *LINKS)
     ui_color = "#c9e4ff"
 
     def __init__(
@@ -170,6 +192,7 @@ class VertexTrainingOperator(BaseOperator):
         location: str,
         display_name: str | None = None,
         worker_pool_specs: Any = None,
+        job_spec: dict[str, Any] | str | None = None,
         image_uri: str | None = None,
         command: list[str] | None = None,
         args: list[str] | None = None,
@@ -193,7 +216,7 @@ class VertexTrainingOperator(BaseOperator):
         quota_preflight: bool = True,
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | list[str] | None = None,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 30.0,
         transient_error_window: float = TRANSIENT_ERROR_WINDOW,
         plan: list[Step | dict[str, Any]] | None = None,
@@ -213,6 +236,7 @@ class VertexTrainingOperator(BaseOperator):
         self.location = location
         self.display_name = display_name
         self.worker_pool_specs = worker_pool_specs
+        self.job_spec = job_spec
         self.image_uri = image_uri
         self.command = command
         self.args = args
@@ -254,13 +278,42 @@ class VertexTrainingOperator(BaseOperator):
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
         self.retry_on_user_code_failure = bool(retry_on_user_code_failure)
-        try:
-            self.plan = parse_plan([*(plan if plan is not None else self.own_steps()), *(fallback or [])])
-        except PlanError as exc:
-            raise InvalidTrainingSpec(exc.violations, f"plan of {self.task_id!r}") from None
+        self.plan_spec = [*(plan if plan is not None else self.own_steps()), *(fallback or [])]
+        self.plan = self._parse_plan(ignore_templates=True)
         self._job_name: str | None = None  # the job on_kill cancels (sync mode)
         self._ledger: SubmissionLedger | None = None  # the running loop's
         self._check_at_parse_time()
+
+    def _parse_plan(self, ignore_templates: bool) -> list[Step]:
+        try:
+            return parse_plan(self.plan_spec, ignore_templates=ignore_templates)
+        except PlanError as exc:
+            raise InvalidTrainingSpec(exc.violations, f"plan of {self.task_id!r}") from None
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render, then parse the rendered plan: a templated step value is checked here, before
+        any call (a literal one was checked when the DAG was parsed)."""
+        # template_ext applies to job_spec alone: an argument such as args=["--config=c.yaml"]
+        # stays text instead of being read as a template file
+        jinja_env = jinja_env or self.get_template_env()
+        self._do_render_template_fields(self, ("job_spec",), context, jinja_env, set())
+        self.template_ext = ()
+        try:
+            self._do_render_template_fields(self, [f for f in self.template_fields if f != "job_spec"], context,
+                                            jinja_env, set())
+        finally:
+            del self.template_ext  # back to the class's
+        self.plan = self._parse_plan(ignore_templates=False)
+
+    def resolve_template_files(self) -> None:
+        """At DAG parse, read job_spec's file (only job_spec's: see render_template_fields)."""
+        if isinstance(self.job_spec, str) and self.job_spec.endswith(tuple(self.template_ext)):
+            env = self.get_template_env()
+            try:
+                self.job_spec = env.loader.get_source(env, self.job_spec)[0]
+            except Exception:  # not found from here: rendering reads it (or names the error)
+                self.log.debug("job_spec file %s not resolved at parse time", self.job_spec)
+        self.prepare_template()
 
     def own_steps(self) -> list[Step]:
         """The preset operators' own step (GpuTrainingOperator takes ``plan=`` instead)."""
@@ -301,16 +354,22 @@ class VertexTrainingOperator(BaseOperator):
     def build_job(self, extra_labels: dict[str, str] | None = None, step: Step | None = None,
                   max_wait: timedelta | None = None) -> CustomJob:
         step = step or self.plan[0]
+        given = job_spec.parse_given_job(self.job_spec)
         pools = job_spec.worker_pools(
-            self.worker_pool_specs, image_uri=self.image_uri, command=self.command, args=self.args,
+            self.worker_pool_specs if self.worker_pool_specs is not None or self._shorthand_given()
+            else job_spec.given_pools(given), image_uri=self.image_uri, command=self.command, args=self.args,
             env=self.env, machine_type=self.machine_type, accelerator_type=self.accelerator_type,
-            accelerator_count=self.accelerator_count, replica_count=self.replica_count)
+            accelerator_count=_count_arg("accelerator_count", self.accelerator_count),
+            replica_count=_count_arg("replica_count", self.replica_count))
         labels = {**(self.labels or {}), **(extra_labels or {})}
         return job_spec.build_custom_job(
             display_name=self.display_name or f"{self.dag_id}-{self.task_id}",
             pools=pools, scheduling=step.scheduling(self.timeout, max_wait), labels=labels,
             base_output_dir=self.base_output_dir, service_account=self.service_account,
-            persistent_resource_id=step.resource_id)
+            persistent_resource_id=step.resource_id, given=given, own_display_name=self.display_name is not None)
+
+    def _shorthand_given(self) -> bool:
+        return self.image_uri is not None or self.machine_type is not None
 
     def job_options(self) -> JobOptions:
         study_spec = self.study_spec
@@ -336,6 +395,15 @@ class VertexTrainingOperator(BaseOperator):
     def _check_at_parse_time(self) -> None:
         if isinstance(self.worker_pool_specs, str) and job_spec.has_template(self.worker_pool_specs):
             return  # all of it is a template: checked after rendering
+        if isinstance(self.job_spec, str):
+            return  # a template file: checked once rendered, before any call
+        if job_spec.has_template(self.job_spec):
+            # templated values are checked once rendered; a field name is never a template
+            found = [v for v in job_spec.schema_violations(job_spec.parse_given_job(self.job_spec))
+                     if "Unknown name" in v.rule]
+            if found:
+                raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
+            return
         found = self._violations(ignore_templates=True)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
@@ -575,6 +643,7 @@ class VertexTrainingOperator(BaseOperator):
         if ti is not None:
             ti.xcom_push(key=JOB_NAME_KEY, value=created.name)
             ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(created.name))
+            ti.xcom_push(key=LINKS_KEY, value=console_links(created.name, step.resource_id))
         return created.name
 
     def wait_for_job(self, context: Context, job_name: str) -> dict[str, Any]:
@@ -702,6 +771,17 @@ def _json_arg(name: str, text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise InvalidTrainingSpec([Violation(name, f"must be a JSON object once rendered ({exc})")]) from None
+
+
+def _count_arg(name: str, value: Any) -> int | None:
+    """A count as given, or as a template renders it (text); None while still a template."""
+    if not isinstance(value, str):
+        return value
+    if job_spec.has_template(value):
+        return None  # checked once rendered
+    if not value.strip().isdigit():
+        raise InvalidTrainingSpec([Violation(name, f"must be a whole number once rendered (got {value!r})")])
+    return int(value)
 
 
 def _try_number(context: Context) -> int | None:

@@ -26,6 +26,8 @@ class PersistentResourceTrainingOperator(VertexTrainingOperator):
     :param capacity_wait_timeout: how long to wait for free replicas (default 1 hour; None waits forever).
     """
 
+    template_fields = (*VertexTrainingOperator.template_fields, "persistent_resource_id")
+
     def __init__(self, *, persistent_resource_id: str,
                  capacity_wait_timeout: timedelta | float | str | None = timedelta(hours=1),
                  **kwargs: Any) -> None:

@@ -80,8 +80,11 @@ def _pools_from(value: Any) -> list[dict]:
 
 def build_custom_job(*, display_name: str, pools: list[dict], scheduling: dict[str, Any] | None,
                      labels: dict[str, str] | None = None, base_output_dir: str | None = None,
-                     service_account: str | None = None, persistent_resource_id: str | None = None) -> CustomJob:
-    """Parse the job; raises :class:`InvalidTrainingSpec` when it does not even parse."""
+                     service_account: str | None = None, persistent_resource_id: str | None = None,
+                     given: dict[str, Any] | None = None, own_display_name: bool = True) -> CustomJob:
+    """Parse the job; raises :class:`InvalidTrainingSpec` when it does not even parse. With
+    ``given`` (job_spec=), the body is merged over it (:func:`merge_given_job`) and checked
+    against Google's schema first."""
     spec: dict[str, Any] = {"workerPoolSpecs": pools}
     if scheduling:
         spec["scheduling"] = scheduling
@@ -95,6 +98,11 @@ def build_custom_job(*, display_name: str, pools: list[dict], scheduling: dict[s
     if labels:
         body["labels"] = labels
     try:
+        if given is not None:
+            body = merge_given_job(given, CustomJob.model_validate(body).to_api(), own_display_name=own_display_name)
+            found = schema_violations(body)
+            if found:
+                raise _invalid_all(found)
         return CustomJob.model_validate(body)
     except ValidationError as exc:
         raise _invalid_all(parse_violations(exc)) from None
@@ -144,3 +152,75 @@ def _invalid_all(found: list[Violation]):
     from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 
     return InvalidTrainingSpec(found)
+
+
+# ---------------------------------------------------------------------- job_spec= (a whole CustomJob body)
+
+# Set by the plan's step (its strategy and wait) and by the operator's own arguments: what a
+# given job_spec says there is replaced, so one body runs under every step of a plan.
+_PLAN_OWNED = ("persistentResourceId",)
+_PLAN_OWNED_SCHEDULING = ("strategy", "maxWaitDuration")
+
+
+def parse_given_job(value: Any) -> dict[str, Any] | None:
+    """``job_spec=`` as a CustomJob body (REST JSON, as ``customJobs.create`` takes it): a dict,
+    or text (a rendered template file: JSON or YAML). A bare CustomJobSpec (what ``gcloud ai
+    custom-jobs create --config`` reads: ``workerPoolSpecs`` at the top) is wrapped as its
+    ``jobSpec``. None: no job_spec. Errors name ``job_spec``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        import yaml  # JSON is YAML too
+
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise _invalid("job_spec", f"is text that is neither JSON nor YAML ({exc})") from None
+    if not isinstance(value, dict):
+        raise _invalid("job_spec", f"must be a CustomJob body (a mapping) or a .json/.yaml file "
+                                   f"(got {type(value).__name__})")
+    if "jobSpec" not in value and "job_spec" not in value:
+        value = {"jobSpec": value}
+    return value
+
+
+def given_pools(given: dict[str, Any] | None) -> Any:
+    spec = (given or {}).get("jobSpec") or (given or {}).get("job_spec") or {}
+    return spec.get("workerPoolSpecs", spec.get("worker_pool_specs"))
+
+
+def merge_given_job(given: dict[str, Any], ours: dict[str, Any], *, own_display_name: bool) -> dict[str, Any]:
+    """The body submitted: ``given`` (job_spec=) with the operator's arguments and the plan's
+    step over it. The step's scheduling strategy/wait and resource win; labels are merged
+    (ours over given's); the display name is the given one unless the operator names one."""
+    import copy
+
+    out = copy.deepcopy(given)
+    spec = out.pop("job_spec", None) or out.pop("jobSpec", None) or {}
+    for key in _PLAN_OWNED:
+        spec.pop(key, None)
+    scheduling = {k: v for k, v in (spec.pop("scheduling", None) or {}).items() if k not in _PLAN_OWNED_SCHEDULING}
+    for key, value in ours["jobSpec"].items():
+        if key == "scheduling":
+            scheduling.update(value)
+        else:
+            spec[key] = value
+    if scheduling:
+        spec["scheduling"] = scheduling
+    out["jobSpec"] = spec
+    labels = {**(out.get("labels") or {}), **(ours.get("labels") or {})}
+    if labels:
+        out["labels"] = labels
+    if own_display_name or not out.get("displayName"):
+        out["displayName"] = ours["displayName"]
+    return out
+
+
+def schema_violations(body: dict[str, Any]) -> list[Violation]:
+    """What Google's JSON front end would refuse in the CustomJob body (unknown fields, wrong
+    JSON types), from the vendored discovery/proto table; paths as Google names them
+    (``custom_job.job_spec.worker_pool_specs[0]...``)."""
+    from airflow_gpu_sched.vertex.strict_json import body_errors
+
+    return [Violation(f"job_spec ({path})" if path else "job_spec", text)
+            for path, text in body_errors("customJobs.create", body)]

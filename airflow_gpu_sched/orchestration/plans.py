@@ -112,8 +112,13 @@ class PlanError(ValueError):
         super().__init__("; ".join(str(v) for v in violations))
 
 
-def parse_step(value: Step | dict[str, Any], path: str = "plan[0]") -> Step:
-    """A typed step from a step or a dict; errors name the key and the rule."""
+def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templates: bool = False) -> Step:
+    """A typed step from a step or a dict; errors name the key and the rule.
+
+    With ``ignore_templates`` (DAG parse time), a value that is still a Jinja template is kept as
+    is (a duration or a count: the step's default for now) and its rules are left for the parse
+    after rendering; the strategy
+    itself must be literal (the plan's shape is known when the DAG is parsed)."""
     if isinstance(value, Step):
         return value
     if not isinstance(value, dict):
@@ -127,7 +132,14 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]") -> Step:
     names = {f.name: f.name for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     problems = []
+    templated = set()
     for key, raw in data.items():
+        if ignore_templates and key in names and _is_template(raw):
+            templated.add(f"{path}.{key}")
+            if key in _DURATIONS or key == "max_preemption_retries":
+                continue  # the default until rendered
+            kwargs[key] = tuple(raw) if isinstance(raw, list) else (raw,) if key == "locations" else raw
+            continue  # text: the template itself (the job's checks skip templated values)
         if key not in names:
             problems.append(Violation(f"{path}.{key}", f"is not an argument of a {strategy} step "
                                                        f"(it takes: {', '.join(sorted(names))})"))
@@ -139,10 +151,16 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]") -> Step:
     if problems:
         raise PlanError(problems)
     step = cls(**kwargs)
-    problems = check_step(step, path)
+    problems = [v for v in check_step(step, path) if v.path not in templated]
     if problems:
         raise PlanError(problems)
     return step
+
+
+def _is_template(raw: Any) -> bool:
+    if isinstance(raw, str):
+        return "{{" in raw or "{%" in raw
+    return isinstance(raw, (list, tuple)) and any(_is_template(x) for x in raw)
 
 
 def _convert(key: str, raw: Any) -> Any:
@@ -155,6 +173,8 @@ def _convert(key: str, raw: Any) -> Any:
             raise ValueError("must be a list of region names")
         return tuple(raw)
     if key == "max_preemption_retries":
+        if isinstance(raw, str) and raw.strip().isdigit():  # a rendered template is text
+            raw = int(raw)
         if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
             raise ValueError(f"must be an integer >= 0 (got {raw!r})")
     return raw
@@ -173,13 +193,13 @@ def check_step(step: Step, path: str) -> list[Violation]:
     return found
 
 
-def parse_plan(values: Any) -> list[Step]:
+def parse_plan(values: Any, ignore_templates: bool = False) -> list[Step]:
     if not isinstance(values, (list, tuple)) or not values:
         raise PlanError([Violation("plan", "must be a non-empty list of steps")])
     steps, problems = [], []
     for index, value in enumerate(values):
         try:
-            steps.append(parse_step(value, f"plan[{index}]"))
+            steps.append(parse_step(value, f"plan[{index}]", ignore_templates))
         except PlanError as exc:
             problems += exc.violations
     if problems:

@@ -141,6 +141,14 @@ def _preempt_spot_past_the_restarts(control: EmulatorControl, client: VertexClie
         time.sleep(0.1)
 
 
+def examples_dir() -> Path:
+    """The example DAGs: package data of an installed wheel, or (a checkout) ``dags_examples/``
+    through the ``airflow_gpu_sched/examples`` symlink."""
+    from importlib.resources import files
+
+    return Path(str(files("airflow_gpu_sched") / "examples")).resolve()
+
+
 def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> int:
     import threading
 
@@ -148,8 +156,8 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
     home = out / "airflow_home"
     shutil.rmtree(out, ignore_errors=True)
     home.mkdir(parents=True)
-    repo = Path(__file__).resolve().parents[2]  # airflow_gpu_sched/tools/demo.py -> the repository
-    dags, training = repo / "dags_examples", repo / "dags_examples" / "training"
+    dags = examples_dir()
+    training = dags / "training"
     scenario = Scenario.model_validate({
         "seed": 1, "speed": speed, "provisioningSeconds": 120,
         "execute": True, "executeRoot": str(out / "vertex"), "executeWorkdir": str(training),
@@ -161,7 +169,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         print(f"  dashboard (while the demo runs): {emulator.url}/", flush=True)
         env = {**os.environ,
                "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-               "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+               "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
                "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": {
                    "project": PROJECT, "api_endpoint": emulator.url}}),

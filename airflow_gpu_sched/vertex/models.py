@@ -338,6 +338,11 @@ class VertexModel(BaseModel):
 
 # --------------------------------------------------------------------------- job spec
 
+# What is submitted keeps the fields we do not model (network, encryptionSpec, tensorboard,
+# enableWebAccess, reservationAffinity, ...): a job_spec= body is checked against Google's
+# schema (vertex.strict_json), not ours, and must reach Vertex whole.
+_REQUEST = ConfigDict(**{**VertexModel.model_config, "extra": "allow"})
+
 
 class EnvVar(VertexModel):
     name: str
@@ -345,6 +350,7 @@ class EnvVar(VertexModel):
 
 
 class ContainerSpec(VertexModel):
+    model_config = _REQUEST
     image_uri: str | None = None
     command: list[str] | None = None
     args: list[str] | None = None
@@ -360,6 +366,7 @@ class PythonPackageSpec(VertexModel):
 
 
 class MachineSpec(VertexModel):
+    model_config = _REQUEST
     machine_type: str | None = None
     accelerator_type: AcceleratorType | None = None
     accelerator_count: int | None = None
@@ -369,6 +376,7 @@ class MachineSpec(VertexModel):
 
 
 class DiskSpec(VertexModel):
+    model_config = _REQUEST
     boot_disk_type: str | None = None
     boot_disk_size_gb: int | None = None
 
@@ -383,6 +391,7 @@ class NfsMount(VertexModel):
 
 
 class WorkerPoolSpec(VertexModel):
+    model_config = _REQUEST
     container_spec: ContainerSpec | None = None
     python_package_spec: PythonPackageSpec | None = None
     machine_spec: MachineSpec | None = None
@@ -405,6 +414,7 @@ class WorkerPoolSpec(VertexModel):
 
 
 class Scheduling(VertexModel):
+    model_config = _REQUEST
     timeout: Duration | None = None
     restart_job_on_worker_restart: bool | None = None
     strategy: Strategy | None = None
@@ -424,6 +434,7 @@ class GcsDestination(VertexModel):
 
 
 class CustomJobSpec(VertexModel):
+    model_config = _REQUEST
     worker_pool_specs: list[WorkerPoolSpec] = Field(default_factory=list)
     scheduling: Scheduling | None = None
     persistent_resource_id: str | None = None
@@ -476,6 +487,7 @@ class Status(VertexModel):
 
 
 class CustomJob(VertexModel):
+    model_config = _REQUEST
     name: str | None = None
     display_name: str | None = None
     job_spec: CustomJobSpec = Field(default_factory=CustomJobSpec)

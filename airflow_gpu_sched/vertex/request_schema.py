@@ -1,8 +1,8 @@
 """Google's request-body schemas, vendored: which JSON fields each served method accepts.
 
 The table (``data/request_schema.json``) is generated from Google's own definitions and is
-what :mod:`strict_json` checks request bodies against, so the emulator refuses what Google's
-front end refuses (unknown names, wrong JSON types) and accepts everything Google accepts,
+what :mod:`strict_json` checks request bodies against: the operators check a ``job_spec=``
+before any call, and the emulator refuses what Google's front end refuses (unknown names, wrong JSON types) and accepts everything Google accepts,
 including fields our pydantic models lack (network, encryptionSpec, reservationAffinity, ...).
 
 Sources, both Google's and both only needed to *regenerate* (dev time, never at run time):
@@ -14,7 +14,7 @@ Sources, both Google's and both only needed to *regenerate* (dev time, never at 
   name (Google's JSON parser accepts it as well as the lowerCamelCase name), enum numbers,
   oneof groups, and the proto type names Google's error messages quote.
 
-    python -m airflow_gpu_sched.emulator.schema --regenerate
+    python -m airflow_gpu_sched.vertex.request_schema --regenerate
 
 rewrites the table; ``tests/test_strict_json.py`` fails if it differs from what the installed
 discovery document and protos give.
@@ -64,7 +64,7 @@ _SCALARS = {
 @functools.lru_cache(maxsize=1)
 def load() -> dict:
     """The vendored table: {"source", "methods": {rpc: {schema, body}}, "schemas": {...}}."""
-    text = (resources.files("airflow_gpu_sched.emulator") / "data" / TABLE).read_text(encoding="utf-8")
+    text = (resources.files("airflow_gpu_sched.vertex") / "data" / TABLE).read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -142,7 +142,7 @@ def generate(discovery: dict | None = None) -> dict:
     return {
         "source": {"discovery": f"aiplatform.v1.json revision {discovery.get('revision')}",
                    "protos": "google-cloud-aiplatform aiplatform_v1",
-                   "regenerate": "python -m airflow_gpu_sched.emulator.schema --regenerate"},
+                   "regenerate": "python -m airflow_gpu_sched.vertex.request_schema --regenerate"},
         "methods": methods,
         "schemas": dict(sorted(out.items())),
     }
@@ -173,9 +173,9 @@ def dumps(table: dict) -> str:
 
 def main(argv: list[str]) -> int:
     if argv != ["--regenerate"]:
-        print("usage: python -m airflow_gpu_sched.emulator.schema --regenerate", file=sys.stderr)
+        print("usage: python -m airflow_gpu_sched.vertex.request_schema --regenerate", file=sys.stderr)
         return 2
-    path = resources.files("airflow_gpu_sched.emulator") / "data" / TABLE
+    path = resources.files("airflow_gpu_sched.vertex") / "data" / TABLE
     text = dumps(generate())
     with open(str(path), "w", encoding="utf-8") as fh:
         fh.write(text)
