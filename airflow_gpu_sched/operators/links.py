@@ -56,33 +56,35 @@ def _xcom(key: str, ti_key: Any) -> Any:
     return XCom.get_value(key=key, ti_key=ti_key)
 
 
-class _ConsoleLink(BaseOperatorLink):
+class ConsoleLink(BaseOperatorLink):
+    """A link whose URL is the ``key`` entry of the task's ``console_links`` XCom."""
+
     key = ""
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         return (_xcom(LINKS_KEY, ti_key) or {}).get(self.key, "")
 
 
-class VertexTuningJobLink(_ConsoleLink):
+class VertexTuningJobLink(ConsoleLink):
     """The hyperparameter tuning job's trials page."""
 
     name = "Vertex AI Tuning Job"
     key = "tuning_job"
 
 
-class VertexTrainingPipelineLink(_ConsoleLink):
+class VertexTrainingPipelineLink(ConsoleLink):
     name = "Vertex AI Training Pipeline"
     key = "training_pipeline"
 
 
-class VertexPersistentResourceLink(_ConsoleLink):
+class VertexPersistentResourceLink(ConsoleLink):
     """The persistent resource the job ran on (steps of strategy PERSISTENT_RESOURCE)."""
 
     name = "Vertex AI Persistent Resource"
     key = "persistent_resource"
 
 
-class VertexJobLogsLink(_ConsoleLink):
+class VertexJobLogsLink(ConsoleLink):
     name = "Training Logs"
     key = "logs"
 
