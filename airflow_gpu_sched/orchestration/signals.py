@@ -1,13 +1,18 @@
 """What a training task tells the outside world as it goes: Airflow metrics and user callbacks.
 
-Metrics go through Airflow's stats interface (StatsD/OpenTelemetry, as configured), tagged
-with strategy and accelerator: ``gpu_sched.capacity_wait_seconds``, ``gpu_sched.run_seconds``,
-``gpu_sched.gpu_hours``, ``gpu_sched.preemptions``, ``gpu_sched.fallbacks``.
-Callbacks (``on_capacity_acquired``, ``on_preempted``, ``on_fallback``) are callables or Airflow
-notifiers, each called once per event with the attempt record (or the fallback record). A
-failing callback is logged, never fails the task.
+Metrics go through Airflow's public stats interface (``airflow.sdk.observability.stats``:
+StatsD, DogStatsD or OpenTelemetry, as ``[metrics]`` configures it); which ones, their names,
+tags and types are decided in :mod:`metrics`. A legacy (untagged) name is sent as well while
+``[metrics] legacy_names_on`` is true, as Airflow does for its own metrics.
+Callbacks (``on_capacity_acquired``, ``on_preempted``, ``on_fallback``) are each a callable, an
+Airflow notifier (``airflow.sdk.BaseNotifier``, e.g. the SMTP or Slack provider's), or a list of
+them, as ``on_success_callback`` takes. A plain callable is handed the attempt record (the
+fallback record); a notifier is called, as Airflow calls it, with the task's context, plus
+``gpu_sched``: that record and ``event`` (``capacity_acquired``, ``preempted``, ``fallback``),
+so its templates can say ``{{ gpu_sched.strategy }}``. A failing callback or metric is logged,
+never fails the task.
 
-May import: nothing of this package; airflow only inside functions.
+May import: orchestration; airflow only inside functions.
 """
 
 from __future__ import annotations
@@ -15,54 +20,89 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from airflow_gpu_sched.orchestration.metrics import Metric, attempt_metrics, fallback_metrics
+
 log = logging.getLogger(__name__)
 
 
 def _stats() -> Any:
     try:
-        from airflow.sdk._shared.observability.metrics import stats
+        from airflow.sdk.observability import stats  # the public face (airflow.stats is a deprecated shim)
 
         return stats
     except ImportError:  # outside Airflow: metrics go nowhere
         return None
 
 
-def _emit(kind: str, name: str, value: float, tags: dict[str, str]) -> None:
+def _legacy_names_on() -> bool:
+    from airflow.sdk.configuration import conf
+
+    return conf.getboolean("metrics", "legacy_names_on", fallback=True)
+
+
+def emit(metrics: list[Metric]) -> None:
     stats = _stats()
     if stats is None:
         return
     try:
-        if kind == "incr":
-            stats.incr(f"gpu_sched.{name}", int(value), tags=tags)
-        else:
-            stats.gauge(f"gpu_sched.{name}", value, tags=tags)
+        legacy = _legacy_names_on()
+        for m in metrics:
+            send = stats.timing if m.kind == "timing" else stats.incr
+            send(m.name, m.value, tags=m.tags)
+            if legacy:
+                send(m.legacy_name, m.value, tags=m.legacy_tags)
     except Exception:  # noqa: BLE001 (metrics must never fail a task)
-        log.debug("metric %s not sent", name, exc_info=True)
+        log.debug("metrics not sent", exc_info=True)
 
 
-def _call(callback: Any, what: str, record: dict[str, Any]) -> None:
-    if callback is None:
-        return
+def _callbacks(given: Any) -> list[Any]:
+    if given is None:
+        return []
+    return list(given) if isinstance(given, (list, tuple)) else [given]
+
+
+def _notifier_context(event: str, record: dict[str, Any]) -> dict[str, Any]:
+    from airflow.sdk import get_current_context
+
     try:
-        callback(record)
-    except Exception:  # noqa: BLE001 (a user's callback must not fail the training task)
-        log.exception("%s callback failed", what)
+        context = dict(get_current_context())
+    except Exception:  # noqa: BLE001 (not inside a running task, e.g. a unit test)
+        context = {}
+    return {**context, "gpu_sched": {"event": event, **record}}
+
+
+def _call(given: Any, event: str, record: dict[str, Any]) -> None:
+    for callback in _callbacks(given):
+        try:
+            from airflow.sdk import BaseNotifier
+
+            if isinstance(callback, BaseNotifier):
+                callback(_notifier_context(event, record))
+            else:
+                callback(record)
+        except Exception:  # noqa: BLE001 (a user's callback must not fail the training task)
+            log.exception("on_%s callback %r failed", event, callback)
+
+
+def _cost(operator: Any, record: dict[str, Any]) -> tuple[float | None, str | None]:
+    from airflow_gpu_sched.orchestration.accounting import attempt_cost, resolve_prices
+
+    try:
+        prices = resolve_prices(operator.prices)
+    except Exception:  # noqa: BLE001 (the result names a bad price table; a metric only skips it)
+        return None, None
+    return attempt_cost(record, prices), (prices or {}).get("currency")
 
 
 def attempt_finished(operator: Any, record: dict[str, Any], preemptions: int) -> None:
-    tags = {"strategy": record["strategy"], "accelerator": record.get("accelerator_type") or "none",
-            "task_id": operator.task_id}
-    _emit("gauge", "capacity_wait_seconds", record["queued_seconds"], tags)
-    _emit("gauge", "run_seconds", record["run_seconds"], tags)
-    _emit("gauge", "gpu_hours", record["gpu_hours"], tags)
-    if preemptions:
-        _emit("incr", "preemptions", preemptions, tags)
+    cost, currency = _cost(operator, record)
+    emit(attempt_metrics(operator.dag_id, operator.task_id, record, preemptions, cost, currency))
     if record.get("start_time"):
-        _call(operator.on_capacity_acquired, "on_capacity_acquired", record)
+        _call(operator.on_capacity_acquired, "capacity_acquired", record)
     if preemptions:
-        _call(operator.on_preempted, "on_preempted", {**record, "preemptions": preemptions})
+        _call(operator.on_preempted, "preempted", {**record, "preemptions": preemptions})
 
 
 def fell_back(operator: Any, info: dict[str, Any]) -> None:
-    _emit("incr", "fallbacks", 1, {"strategy": info["from"], "to": info["to"], "task_id": operator.task_id})
-    _call(operator.on_fallback, "on_fallback", info)
+    emit(fallback_metrics(operator.dag_id, operator.task_id, info))
+    _call(operator.on_fallback, "fallback", info)
