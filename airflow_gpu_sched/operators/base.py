@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
+from airflow_gpu_sched.operators import lineage
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
-from airflow_gpu_sched.orchestration import job_spec, signals
+from airflow_gpu_sched.orchestration import assets, job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
     console_url,
@@ -228,6 +229,9 @@ class VertexTrainingOperator(BaseOperator):
         retry_on_user_code_failure: bool = False,
         **kwargs: Any,
     ) -> None:
+        if kwargs.get("outlets") is None:  # none declared: the output dir's and the model's Assets
+            kwargs["outlets"] = assets.default_outlets(project_id, location, job_type, base_output_dir,
+                                                       model_display_name)
         super().__init__(**kwargs)
         self.project_id = project_id
         self.location = location
@@ -477,7 +481,9 @@ class VertexTrainingOperator(BaseOperator):
             for effect in action.effects:
                 self._carry_out(ledger, effect, ended)
             if isinstance(action, engine.Succeed):
-                return self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
+                result = self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
+                lineage.task_succeeded(self, context, result)  # the outlets' Asset events
+                return result
             if isinstance(action, engine.Fail):
                 failure = action.failure  # kept: a later try tells a retry from a clear by it
                 ledger.note_failure(failure.kind, failure.message, failure.job_name, failure.detail,
@@ -706,6 +712,10 @@ class VertexTrainingOperator(BaseOperator):
                              outputs)
         self.log.info("training summary:\n%s", summary_table(result))
         return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (the provider's listener calls it): inputs, outputs, ``gpuTraining`` facet."""
+        return lineage.facets_on_complete(self, task_instance)
 
     def on_kill(self) -> None:
         """Sync mode (the worker polls): cancel the job when the task is killed."""
