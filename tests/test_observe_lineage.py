@@ -1,0 +1,86 @@
+"""OpenLineage: the provider's listener, configured with openlineage-python's file transport,
+records the COMPLETE event of a training pipeline task run by ``dag.test()`` against the
+emulator; its inputs, outputs and ``gpuTraining`` run facet come from
+``get_openlineage_facets_on_complete``.
+
+The OpenLineage plugin decides at import whether it is enabled, so the DAG runs in a child
+process with its own Airflow home and ``[openlineage] transport`` set (as a deployment sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tests.conftest import LOCATION, PROJECT
+
+ROOT = Path(__file__).parent.parent
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SERVING = "us-docker.pkg.dev/vertex-ai/prediction/pytorch-gpu.2-4:latest"
+PRICES = {"currency": "USD", "NVIDIA_TESLA_A100": {"FLEX_START": 2.0}}
+
+
+def _dag():
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+    with DAG("lineage_nightly", schedule=None, start_date=START) as dag:
+        FlexStartTrainingOperator(
+            task_id="train_and_register", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+            machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1,
+            job_type="training_pipeline", model_display_name="nightly-model", model_serving_image_uri=SERVING,
+            max_wait_duration="1h", prices=PRICES, poll_interval=0.02,
+            base_output_dir="gs://bucket/nightly/{{ ds_nodash }}",
+            args=["--data=gs://bucket/data/{{ ds }}/train.jsonl", "--steps=10", "gs://bucket/vocab/words.txt"])
+    return dag
+
+
+def _child(home: str) -> None:
+    """In the child process: a fresh Airflow home, the DAG through dag.test(), its result printed."""
+    from tests.airflow_harness import configure_airflow_home, run_dag
+
+    configure_airflow_home(home)
+    result = run_dag(_dag(), logical_date=START)
+    print("RESULT " + json.dumps({"state": result.state, "training": result["train_and_register"].return_value}))
+
+
+def test_the_complete_event_has_the_inputs_outputs_and_run_facet(fast_emulator, tmp_path):
+    events = tmp_path / "openlineage.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events),
+                                                          "append": True}),
+           "AIRFLOW__OPENLINEAGE__NAMESPACE": "gpu-sched-test"}
+    for key in [k for k in env if k.startswith("AIRFLOW__DATABASE") or k in ("AIRFLOW_HOME", "AIRFLOW_HARNESS_HOME")]:
+        del env[key]  # the child sets up its own home
+    child = subprocess.run([sys.executable, "-c", f"from tests.test_observe_lineage import _child; "
+                                                  f"_child({str(tmp_path / 'home')!r})"],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-4000:]
+    result = json.loads(next(line for line in child.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert result["state"] == "success"
+    training = result["training"]
+
+    sent = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    complete = [e for e in sent if e.get("eventType") == "COMPLETE"
+                and e["job"]["name"] == "lineage_nightly.train_and_register"]
+    assert len(complete) == 1, [(e.get("eventType"), e.get("job", {}).get("name")) for e in sent]
+    event = complete[0]
+    assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
+        ("gs://bucket", "data/2026-01-01/train.jsonl"), ("gs://bucket", "vocab/words.txt")]
+    outputs = {(d["namespace"], d["name"]): d for d in event["outputs"]}
+    assert set(outputs) == {("gs://bucket", "nightly/20260101"),
+                            (f"vertex-ai://{PROJECT}/{LOCATION}", "models/nightly-model")}
+    model = outputs[(f"vertex-ai://{PROJECT}/{LOCATION}", "models/nightly-model")]
+    assert model["facets"]["version"]["datasetVersion"] == f"{training['model_name']}@{training['model_version']}"
+    facet = event["run"]["facets"]["gpuTraining"]
+    assert facet["strategy"] == "FLEX_START" and facet["jobName"] == training["job_name"]
+    assert facet["gpuHours"] == training["gpu_hours"] > 0 and facet["cost"] == training["cost"] > 0
+    assert facet["currency"] == "USD" and facet["preemptions"] == 0
+    assert facet["attempts"] == [{"strategy": "FLEX_START", "location": LOCATION, "state": a["state"],
+                                  "gpu_hours": a["gpu_hours"], "cost": a["cost"]} for a in training["attempts"]]
+    assert facet["_schemaURL"].startswith("https://openlineage.io/spec/")
