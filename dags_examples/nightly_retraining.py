@@ -25,6 +25,22 @@ from airflow.sdk import DAG, task
 from _settings import BUCKET, EMULATOR_ENV, IMAGE, LOCATION, POLL_INTERVAL, PROJECT_ID, SERVING_IMAGE
 from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
+
+def _email_on_fallback() -> list:
+    """Airflow's SMTP notifier (apache-airflow-providers-smtp, which comes with Airflow) mails the
+    team when the plan falls back; set GPU_SCHED_NOTIFY_EMAIL (and the ``smtp_default``
+    connection) to turn it on. Its templates see the task's context and ``gpu_sched``, the record."""
+    to = os.environ.get("GPU_SCHED_NOTIFY_EMAIL")
+    try:
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+    except ImportError:  # the example still parses without the provider
+        return []
+    if not to:
+        return []
+    return [SmtpNotifier(to=to, subject="{{ ti.task_id }} fell back from {{ gpu_sched['from'] }} to "
+                                        "{{ gpu_sched['to'] }} in {{ gpu_sched.to_location }}",
+                         html_content="{{ gpu_sched.reason }}")]
+
 with DAG(
     dag_id="nightly_retraining",
     schedule="@daily",
@@ -66,6 +82,7 @@ with DAG(
         base_output_dir=BUCKET + "/nightly/{{ ds_nodash }}",
         labels={"team": "ml-platform", "pipeline": "nightly-retraining"},
         poll_interval=POLL_INTERVAL,
+        on_fallback=_email_on_fallback(),
     )
 
     @task

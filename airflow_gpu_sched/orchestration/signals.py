@@ -17,6 +17,7 @@ May import: orchestration; airflow only inside functions.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -77,7 +78,8 @@ def _call(given: Any, event: str, record: dict[str, Any]) -> None:
             from airflow.sdk import BaseNotifier
 
             if isinstance(callback, BaseNotifier):
-                callback(_notifier_context(event, record))
+                # a copy: rendering its templates is in place, and one task can send several events
+                copy.copy(callback)(_notifier_context(event, record))
             else:
                 callback(record)
         except Exception:  # noqa: BLE001 (a user's callback must not fail the training task)
