@@ -228,6 +228,15 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         if not models:
             print("the tuned example registered no model")
             return 1
+        # scheduled on the model Asset: `airflow dags test` does not start it on the event, so it runs
+        # next and reads the Asset's latest event (inlet_events), the one the tuned pipeline emitted
+        dags_test("nightly_deploy", "scheduled on the model Asset: reads the new version's event, checks it")
+        deployed = [line.split("from the Asset's latest event: ", 1)[1] for line in
+                    (home / "nightly_deploy.log").read_text().splitlines() if "from the Asset's latest event: " in line]
+        if not deployed:
+            print("nightly_deploy read no model event")
+            return 1
+        print(f"  nightly_deploy read the model event: {deployed[-1]}", flush=True)
 
         jobs = list(client.list_custom_jobs(filter='labels.managed-by="airflow-gpu-sched"'))
         print("\n  training task (emulated minutes)             strategy             jobs      queued     ran        "
