@@ -124,3 +124,12 @@ def test_metrics_reach_statsd_tagged_and_as_distinct_plain_series(statsd, fast_e
     if statsd.tagged:  # the tags the legacy name does not embed
         tags = by_name[f"airflow.gpu_sched.gpu_hours.{dag_id}.train.STANDARD"][0][0]
         assert tags == {"accelerator": "NVIDIA_TESLA_A100", "region": LOCATION}
+
+
+def test_a_task_group_id_keeps_the_legacy_names_segments():
+    from airflow_gpu_sched.orchestration.metrics import metric
+
+    found = metric("gpu_hours", 1.5, {"dag_id": "nightly", "task_id": "train.final", "strategy": "SPOT",
+                                       "region": "us-central1"})
+    assert found.legacy_name == "gpu_sched.gpu_hours.nightly.train__final.SPOT"
+    assert found.tags["task_id"] == "train.final" and found.legacy_tags == {"region": "us-central1"}

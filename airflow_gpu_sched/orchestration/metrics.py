@@ -27,7 +27,7 @@ server per interval, so ``sum`` of ``gpu_sched.gpu_hours`` by ``dag_id`` (or of
 ``gpu_sched.gpu_hours.<dag_id>.*.*``) is the DAG's GPU-hours. StatsD, DogStatsD, statsd_exporter
 and OpenTelemetry counters all take a fractional increment.
 
-May import: nothing of this package.
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations
