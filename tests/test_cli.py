@@ -111,4 +111,5 @@ def test_the_main_job_runs_nightly_retraining_through_airflow_dags_test(tmp_path
     assert "spot_training jobs: FAILED: 1, SUCCEEDED: 1" in out  # stocked out once, resubmitted, succeeded
     assert "the SPOT training script resumed" in out and "nightly_retraining succeeded" in out
     assert "registered model nightly-model: projects/demo-project/locations/us-central1/models/" in out
+    assert "nightly_deploy read the model event: projects/demo-project/locations/us-central1/models/" in out
     assert (tmp_path / ".demo" / "timeline.svg").read_text().startswith("<svg")

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.orchestration.metrics import Metric, attempt_metrics, fallback_metrics
+if TYPE_CHECKING:  # imported when a metric is sent, not when a DAG file imports the operators
+    from airflow_gpu_sched.orchestration.metrics import Metric
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ def _cost(operator: Any, record: dict[str, Any]) -> tuple[float | None, str | No
 
 
 def attempt_finished(operator: Any, record: dict[str, Any], preemptions: int) -> None:
+    from airflow_gpu_sched.orchestration.metrics import attempt_metrics
+
     cost, currency = _cost(operator, record)
     emit(attempt_metrics(operator.dag_id, operator.task_id, record, preemptions, cost, currency))
     if record.get("start_time"):
@@ -106,5 +109,7 @@ def attempt_finished(operator: Any, record: dict[str, Any], preemptions: int) ->
 
 
 def fell_back(operator: Any, info: dict[str, Any]) -> None:
+    from airflow_gpu_sched.orchestration.metrics import fallback_metrics
+
     emit(fallback_metrics(operator.dag_id, operator.task_id, info))
     _call(operator.on_fallback, "fallback", info)
