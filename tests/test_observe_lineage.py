@@ -84,3 +84,18 @@ def test_the_complete_event_has_the_inputs_outputs_and_run_facet(fast_emulator, 
     assert facet["attempts"] == [{"strategy": "FLEX_START", "location": LOCATION, "state": a["state"],
                                   "gpu_hours": a["gpu_hours"], "cost": a["cost"]} for a in training["attempts"]]
     assert facet["_schemaURL"].startswith("https://openlineage.io/spec/")
+
+
+def test_inputs_are_the_gs_uris_of_every_pools_args_but_the_output_dir():
+    from airflow_gpu_sched.operators.lineage_facets import input_uris
+    from airflow_gpu_sched.vertex.models import WorkerPoolSpec
+
+    class Given:  # the operator's attributes input_uris reads, once rendered
+        args = None
+        base_output_dir = "gs://b/out/"
+        worker_pool_specs = [
+            {"containerSpec": {"imageUri": "x", "args": ["--data=gs://b/d/x.csv,gs://b/d/y.csv", "gs://b/out"]}},
+            WorkerPoolSpec.model_validate({"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+                                           "containerSpec": {"imageUri": "x", "args": ["--eval=gs://c/e", "--lr=0.1"]}})]
+
+    assert input_uris(Given) == ["gs://b/d/x.csv", "gs://b/d/y.csv", "gs://c/e"]

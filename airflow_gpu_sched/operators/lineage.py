@@ -24,9 +24,9 @@ def task_succeeded(operator: Any, context: Any, result: dict[str, Any]) -> None:
 
     setattr(operator, RESULT_ATTR, result)
     outlets = [o for o in (operator.outlets or []) if isinstance(o, Asset)]
-    if not outlets:
+    events = context.get("outlet_events")  # Airflow puts it in every task's context
+    if not outlets or events is None:
         return
-    events = context["outlet_events"]
     extra = event_extra(result)
     for asset in outlets:
         events[asset].extra = dict(extra)

@@ -53,9 +53,12 @@ def gcs_dataset(uri: str) -> Dataset:
 def input_uris(operator: Any) -> list[str]:
     """The gs:// URIs the job's arguments name, in order, once each (the output dir excluded)."""
     args = [*(operator.args or [])]
-    for pool in operator.worker_pool_specs or []:
-        if isinstance(pool, dict):
+    pools = operator.worker_pool_specs if isinstance(operator.worker_pool_specs, list) else []
+    for pool in pools:
+        if isinstance(pool, dict):  # REST JSON, as the Vertex docs write it
             args += (pool.get("containerSpec") or pool.get("container_spec") or {}).get("args") or []
+        elif getattr(pool, "container_spec", None) is not None:  # a WorkerPoolSpec model
+            args += pool.container_spec.args or []
     out = (operator.base_output_dir or "").rstrip("/")
     found = [m.group(0).rstrip("/") for a in args if isinstance(a, str) for m in GCS_URI.finditer(a)]
     return [u for u in dict.fromkeys(found) if u != out]
