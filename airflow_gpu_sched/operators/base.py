@@ -59,7 +59,7 @@ from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType, get_j
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
 from airflow_gpu_sched.vertex.models import CustomJob, parse_duration
 from airflow_gpu_sched.orchestration.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
-from airflow_gpu_sched.orchestration.plans import PlanError, Step, parse_plan, positions
+from airflow_gpu_sched.orchestration.plans import PlanError, Step, check_regions, parse_plan, positions
 from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW
 
@@ -359,6 +359,7 @@ class VertexTrainingOperator(BaseOperator):
             accelerator_count=_count_arg("accelerator_count", self.accelerator_count),
             replica_count=_count_arg("replica_count", self.replica_count))
         labels = {**(self.labels or {}), **(extra_labels or {})}
+        pools = job_spec.with_machine_spec(pools, getattr(step, "machine_spec_extra", dict)())  # RESERVATION
         return job_spec.build_custom_job(
             display_name=self.display_name or f"{self.dag_id}-{self.task_id}",
             pools=pools, scheduling=step.scheduling(self.timeout, max_wait), labels=labels,
@@ -381,6 +382,7 @@ class VertexTrainingOperator(BaseOperator):
     def _violations(self, ignore_templates: bool) -> list[Violation]:
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
         found = self.job_kind.violations(self.job_options())
+        found += check_regions(self.plan, self.location)
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, step in enumerate(self.plan):
