@@ -529,6 +529,8 @@ class VertexTrainingOperator(BaseOperator):
             return self._read_quota(action.step, action.location), None
         if isinstance(action, engine.ReadResource):
             return self._read_resource(context, action), None
+        if isinstance(action, engine.ReadReservation):
+            return self._read_reservation(context, action), None
         if isinstance(action, engine.Submit):
             from airflow_gpu_sched.vertex.client import QuotaExceededError
 
@@ -613,6 +615,22 @@ class VertexTrainingOperator(BaseOperator):
             now=_now(), name=action.name, state=resource.state.value if resource.state else "STATE_UNSPECIFIED",
             error=resource.error.message if resource.error else None, mismatches=tuple(fit.mismatches),
             runs_now=fit.runs_now, shortages=tuple((s.resource_pool_id, s.free, s.wanted) for s in fit.shortages))
+
+    def _read_reservation(self, context: Context, action: engine.ReadReservation) -> engine.ReservationRead:
+        """The Compute Engine reservation (``reservations.get``) and the job's fit on it."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+        from airflow_gpu_sched.vertex.client import NotFoundError, VertexError
+        from airflow_gpu_sched.vertex.reservations import fit
+
+        try:
+            reservation = self.client(action.location).get_reservation(action.name)
+        except NotFoundError:
+            return engine.ReservationRead(now=_now(), name=action.name, missing=True)
+        except VertexError as exc:  # no permission, or unreachable past the retries
+            return engine.ReservationRead(now=_now(), name=action.name, unreadable=str(exc)[:300])
+        found = fit(self.validated_job(context, step=action.step).job_spec, reservation)
+        return engine.ReservationRead(now=_now(), name=action.name, problems=found.problems, free=found.free,
+                                      count=found.count, needed=found.needed)
 
     def submit(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
                max_wait: timedelta | None = None) -> str:
