@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
+from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
 from airflow_gpu_sched.orchestration import job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
@@ -451,6 +452,7 @@ class VertexTrainingOperator(BaseOperator):
         self.validated_job(context)  # bad input fails here, before any API call
         with vertex_reachable():
             ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)  # region_order="observed": this run's order, kept in the ledger
             if not ledger.durable:
                 self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
             return self._run(context, ledger, *self._try_started(context, ledger))
@@ -458,12 +460,16 @@ class VertexTrainingOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the job's event: the loop goes on from there."""
         with vertex_reachable():
-            return self._run(context, SubmissionLedger.from_context(context), *self._job_event(context, event))
+            ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)
+            return self._run(context, ledger, *self._job_event(context, event))
 
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
         with vertex_reachable():
-            return self._run(context, SubmissionLedger.from_context(context), self._capacity_event(event))
+            ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)
+            return self._run(context, ledger, self._capacity_event(event))
 
     def _run(self, context: Context, ledger: SubmissionLedger, event: engine.PlanEvent,
              ended: _Ended | None = None) -> Any:
@@ -506,7 +512,9 @@ class VertexTrainingOperator(BaseOperator):
     def _close_attempt(self, ledger: SubmissionLedger, close: engine.Close, ended: _Ended | None) -> None:
         where = {"position": close.position, "location": close.location}
         if close.job_name is None:  # the attempt never got a job
-            ledger.finish_attempt(no_job_record(close.strategy, close.state or "", close.waited, close.error, **where))
+            record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
+            ledger.finish_attempt(record)
+            region_order.record(self, record, 0)
             return
         assert ended is not None, "a job's attempt is closed with the resource it ended as"
         job = ended.kind.view(ended.resource)
@@ -516,6 +524,7 @@ class VertexTrainingOperator(BaseOperator):
         if close.state:
             record.update(state=close.state, error=close.error)
         ledger.finish_attempt(record, close.preemptions, completed=close.completed)
+        region_order.record(self, record, close.preemptions)
         self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
                       record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
         signals.attempt_finished(self, record, close.preemptions)
