@@ -48,7 +48,7 @@ def observation(record: dict[str, Any], preemptions: int, now: datetime) -> dict
             "strategy": record.get("strategy"), "at": now.isoformat(),
             "to_running": round(float(record.get("queued_seconds") or 0.0), 1) if ran else None,
             "waited": round(float(record.get("queued_seconds") or 0.0), 1),
-            "stockout": not ran, "preemptions": int(preemptions)}
+            "stockout": not ran, "preemptions": int(preemptions) if ran else 0}  # a stockout is no preemption
 
 
 def add(history: list[dict[str, Any]], entry: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
