@@ -94,6 +94,21 @@ def test_compute_refuses_what_computes_front_end_refuses(emulator):
     assert again.status_code == 409 and again.json()["error"]["errors"][0]["reason"] == "alreadyExists"
 
 
+async def test_the_async_client_reads_reservations_through_faults(emulator):
+    from airflow_gpu_sched.vertex.client import AsyncVertexClient, RetryPolicy
+
+    emulator.reset({"seed": 7, "speed": 1, **with_reservation(2)})
+    emulator.set_faults(error_rate=0.5, status_codes=[429, 503])
+    aclient = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url,
+                                retry=RetryPolicy(initial=0.01, maximum=0.05, deadline=30))
+    for _ in range(5):
+        got = await aclient.get_reservation(NAME)
+        assert got.specific_reservation.count == 2 and got.free == 2
+    page = await aclient.list_reservations_page(ZONE)
+    emulator.clear_faults()
+    assert [r.name for r in page.items] == ["a100-nightly"] and emulator.stats()["faultsInjected"] > 0
+
+
 def test_the_compute_table_is_what_the_discovery_document_gives():
     from airflow_gpu_sched.vertex import compute_schema
 

@@ -200,6 +200,11 @@ def add_compute_routes(app: Any, backend: Any) -> None:  # noqa: C901 (one dispa
                 return answer(ComputeError(400, f"Invalid JSON payload received. Unknown name \"{name}\": Cannot "
                                                 f"bind query parameter. Field '{name}' could not be found in request "
                                                 "message.").body(), 400)
+        faults = backend.faults  # the same injected faults as the Vertex routes (refused before any work)
+        if faults.error_rate and backend.rng.random() < faults.error_rate:
+            backend.stats["faultsInjected"] += 1
+            status = backend.rng.choice(faults.status_codes)
+            return answer(ComputeError(status, f"Injected fault ({status}) for {rpc}.").body(), status)
         backend.advance()
         try:
             if rpc == "reservations.insert":
