@@ -251,8 +251,8 @@ def test_a_reservation_step_runs_its_job_on_the_reservation(airflow):
     from airflow.sdk import DAG
 
     airflow.reset({**FAST, **with_reservation(2)})
-    with DAG("on_reservation", schedule=None, start_date=START) as dag:
-        _train([{"strategy": "RESERVATION", "reservation": NAME}, {"strategy": "STANDARD"}],
+    with DAG("on_reservation", schedule=None, start_date=START, params={"reservation": NAME}) as dag:
+        _train([{"strategy": "RESERVATION", "reservation": "{{ params.reservation }}"}, {"strategy": "STANDARD"}],
                env={"EMULATOR_RUN_SECONDS": "60"})
     stop, seen = threading.Event(), []
     watcher = _watch_in_use(airflow, stop, seen)

@@ -502,6 +502,7 @@ class VertexTrainingOperator(BaseOperator):
             self._close_attempt(ledger, effect, ended)
         elif isinstance(effect, engine.NewRun):
             ledger.new_run()
+            region_order.keep(self, ledger)  # the order this run's positions were decided in
         elif isinstance(effect, engine.Rewind):
             ledger.move_to(0)
         elif isinstance(effect, engine.Move):
