@@ -109,6 +109,21 @@ async def test_the_async_client_reads_reservations_through_faults(emulator):
     assert [r.name for r in page.items] == ["a100-nightly"] and emulator.stats()["faultsInjected"] > 0
 
 
+@pytest.mark.parametrize("endpoint, root", [
+    (None, "https://compute.googleapis.com/compute/v1/"),
+    ("us-central1-aiplatform.googleapis.com", "https://compute.googleapis.com/compute/v1/"),
+    ("http://127.0.0.1:8765", "http://127.0.0.1:8765/compute/v1/"),
+    ("http://127.0.0.1:8765/v1/", "http://127.0.0.1:8765/compute/v1/"),
+])
+def test_compute_calls_go_to_compute_or_to_the_emulators_host(endpoint, root):
+    from airflow_gpu_sched.vertex.client import VertexApi
+
+    api = VertexApi(endpoint)
+    assert api.url(api.get_reservation(NAME)) == root + NAME
+    assert api.url(api.list_reservations(PROJECT, ZONE, max_results=5)) == \
+        f"{root}projects/{PROJECT}/zones/{ZONE}/reservations?maxResults=5"
+
+
 def test_the_compute_table_is_what_the_discovery_document_gives():
     from airflow_gpu_sched.vertex import compute_schema
 
