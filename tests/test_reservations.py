@@ -355,3 +355,25 @@ def test_vms_taken_between_the_preflight_and_the_create_move_the_plan_on_under_e
     first, second = result["train"].return_value["attempts"]
     assert first["strategy"] == "RESERVATION" and first["job_name"] and second["strategy"] == "STANDARD"
     assert first["state"] == ("CAPACITY_TIMEOUT" if full == "queued" else "JOB_STATE_FAILED"), first
+
+
+def test_an_any_reservation_step_submits_at_once_and_vertex_picks_the_reservation(airflow):
+    from airflow.sdk import DAG
+
+    airflow.reset({**FAST, **with_reservation(1)})
+    with DAG("any_reservation", schedule=None, start_date=START) as dag:
+        _train([{"strategy": "RESERVATION", "reservation": "ANY"}], env={"EMULATOR_RUN_SECONDS": "60"})
+    stop, seen = threading.Event(), []
+    watcher = _watch_in_use(airflow, stop, seen)
+    try:
+        result = run_dag(dag, logical_date=START)
+    finally:
+        stop.set()
+        watcher.join()
+    assert result.state == "success"
+    out = result["train"].return_value
+    job = requests.get(f"{airflow.url}/v1/{out['job_name']}", timeout=5).json()
+    assert job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["reservationAffinity"] == {
+        "reservationAffinityType": "ANY_RESERVATION"}
+    assert max(seen) == 1 and in_use(airflow) == 0
+    assert airflow.stats()["requests"]["reservations.get"] == len(seen) + 1  # the watcher's and this one: no preflight
