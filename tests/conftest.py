@@ -87,8 +87,10 @@ VARIANTS = {
     "errors-message-only": {"errorDetails": "message_only"},
     "flex-expiry-expired": {"flexStartExpiry": "expired"},
     "flex-waits-pending": {"flexStartWaitingState": "JOB_STATE_PENDING"},
+    "reservation-full-fails": {"reservationFull": "failed"},
     "all-alternatives": {"spotRestarts": "invisible", "errorDetails": "message_only",
-                         "flexStartExpiry": "expired", "flexStartWaitingState": "JOB_STATE_PENDING"},
+                         "flexStartExpiry": "expired", "flexStartWaitingState": "JOB_STATE_PENDING",
+                         "reservationFull": "failed"},
 }
 
 

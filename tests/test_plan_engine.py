@@ -33,7 +33,9 @@ from airflow_gpu_sched.orchestration.plan_engine import (
     Rewind,
     QuotaRead,
     ReadQuota,
+    ReadReservation,
     ReadResource,
+    ReservationRead,
     ReAttach,
     ResourceRead,
     State,
@@ -46,7 +48,13 @@ from airflow_gpu_sched.orchestration.plan_engine import (
     decide,
     failure_text,
 )
-from airflow_gpu_sched.orchestration.plans import FlexStartStep, PersistentResourceStep, SpotStep, StandardStep
+from airflow_gpu_sched.orchestration.plans import (
+    FlexStartStep,
+    PersistentResourceStep,
+    ReservationStep,
+    SpotStep,
+    StandardStep,
+)
 from airflow_gpu_sched.vertex.rules import Violation
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
@@ -57,7 +65,9 @@ STEPS = {
     "FLEX_START": FlexStartStep(max_wait_duration=timedelta(hours=2)),
     "SPOT": SpotStep(max_preemption_retries=1),
     "STANDARD": StandardStep(),
+    "RESERVATION": ReservationStep(reservation="projects/p/zones/us-central1-a/reservations/r1"),
 }
+PREREAD = ("PERSISTENT_RESOURCE", "RESERVATION")  # steps that read something before the quota
 KINDS = tuple(STEPS)
 
 
@@ -88,6 +98,8 @@ def _what(action) -> str:
         return f"{verb} {action.step.strategy}@{action.location}"
     if isinstance(action, ReadResource):
         return f"read resource {action.name.rsplit('/', 1)[-1]}"
+    if isinstance(action, ReadReservation):
+        return f"read reservation {action.name.rsplit('/', 1)[-1]}"
     if isinstance(action, WaitForCapacity):
         return f"wait for capacity {action.wait}"
     if isinstance(action, (WaitForJob, ReAttach)):
@@ -136,6 +148,16 @@ OUTCOMES = {
     "resource-free": (State(), ResourceRead(now=NOW, name="r/pool-a", state="RUNNING", runs_now=True)),
     "resource-mismatch": (State(), ResourceRead(now=NOW, name="r/pool-a", state="RUNNING",
                                                 mismatches=(Violation("jobSpec.workerPoolSpecs[0]", "no pool"),))),
+    "reservation-fits": (State(), ReservationRead(now=NOW, name="projects/p/zones/z/reservations/r1", free=2,
+                                                  count=2, needed=1)),
+    "reservation-full": (State(), ReservationRead(now=NOW, name="projects/p/zones/z/reservations/r1", problems=(
+        "0 of 2 VMs free (2 in use), the job needs 1 (one per replica)",))),
+    "reservation-mismatch": (State(), ReservationRead(now=NOW, name="projects/p/zones/z/reservations/r1", problems=(
+        "workerPoolSpecs[0] is a2-highgpu-2g, the reservation holds a2-highgpu-1g",))),
+    "reservation-missing": (State(), ReservationRead(now=NOW, name="projects/p/zones/z/reservations/r1",
+                                                     missing=True)),
+    "reservation-unreadable": (State(), ReservationRead(now=NOW, name="projects/p/zones/z/reservations/r1",
+                                                        unreadable="403 PERMISSION_DENIED")),
     "capacity-available": (State(), CapacityEnded(now=NOW, kind=Event.CAPACITY_AVAILABLE, message="free")),
     "capacity-wait-timeout": (State(), CapacityEnded(now=NOW, kind=Event.CAPACITY_TIMEOUT, message="busy")),
     "capacity-resource-failed": (State(), CapacityEnded(now=NOW, kind=Event.FAILED, message="ERROR")),
@@ -144,14 +166,20 @@ OUTCOMES = {
 }
 NEXT = "read quota STANDARD@us-east4"  # the fallback step's first action
 EXPECTED = {
-    **{(k, "start"): "read quota {k}@us-central1".format(k=k) for k in KINDS if k != "PERSISTENT_RESOURCE"},
+    **{(k, "start"): "read quota {k}@us-central1".format(k=k) for k in KINDS if k not in PREREAD},
     ("PERSISTENT_RESOURCE", "start"): "read resource pool-a",
+    ("RESERVATION", "start"): "read reservation r1",
+    ("RESERVATION", "cancelled-earlier-try"): "close cancelled; read reservation r1",
+    ("RESERVATION", "reservation-fits"): "read quota RESERVATION@us-central1",
+    ("RESERVATION", "reservation-unreadable"): "read quota RESERVATION@us-central1",
+    **{("RESERVATION", o): f"close RESERVATION_UNAVAILABLE; move (CapacityUnavailable); {NEXT}"
+       for o in ("reservation-full", "reservation-mismatch", "reservation-missing")},
     **{(k, "succeeded"): "close succeeded; succeed" for k in KINDS},
     **{(k, "failed-user-code"): "close failed; fail TrainingJobFailedNoRetry" for k in KINDS},
     **{(k, "cancelled-by-someone-else"): "close cancelled; fail TrainingJobCancelled" for k in KINDS},
     ("PERSISTENT_RESOURCE", "cancelled-earlier-try"): "close cancelled; read resource pool-a",
     **{(k, "cancelled-earlier-try"): f"close cancelled; read quota {k}@us-central1" for k in KINDS
-       if k != "PERSISTENT_RESOURCE"},
+       if k not in PREREAD},
     ("SPOT", "preempted-within-budget"): "close preempted; submit SPOT@us-central1",
     ("SPOT", "preempted-budget-spent"): f"close preempted; move (PreemptionBudgetExhausted); {NEXT}",
     **{(k, p): f"close preempted; move (CapacityUnavailable); {NEXT}" for k in KINDS if k != "SPOT"
@@ -437,6 +465,8 @@ STEP = st.one_of(
               max_wait_duration=st.sampled_from([timedelta(0), timedelta(minutes=10), timedelta(days=1)])),
     st.builds(SpotStep, locations=LOCATIONS, capacity_wait_timeout=WAITS, max_preemption_retries=st.integers(0, 2)),
     st.builds(StandardStep, locations=LOCATIONS, capacity_wait_timeout=WAITS),
+    st.builds(ReservationStep, locations=st.just((HERE,)), capacity_wait_timeout=WAITS,
+              reservation=st.sampled_from(["projects/p/zones/us-central1-a/reservations/r1", "ANY"])),
 )
 MINUTES = st.integers(0, 6 * 60).map(lambda m: timedelta(minutes=m))
 PLANS = st.builds(
@@ -508,6 +538,13 @@ class World:
             state = draw(st.sampled_from(["RUNNING", "PROVISIONING", "ERROR", "STOPPING"]))
             return ResourceRead(now=self.tick(), name=action.name, state=state, runs_now=draw(st.booleans()),
                                 mismatches=(Violation("p", "r"),) if draw(st.integers(0, 9)) == 0 else ())
+        if isinstance(action, ReadReservation):
+            assert isinstance(action.step, ReservationStep) and action.step.specific == action.name
+            return draw(st.sampled_from([
+                ReservationRead(now=self.tick(), name=action.name, free=2, count=2, needed=1),
+                ReservationRead(now=self.now, name=action.name, problems=("0 of 2 VMs free",)),
+                ReservationRead(now=self.now, name=action.name, missing=True),
+                ReservationRead(now=self.now, name=action.name, unreadable="403")]))
         if isinstance(action, Submit):
             assert not self.active, f"a submission while {self.active} trains"
             assert self.ledger.job_name is None
@@ -628,3 +665,26 @@ def test_random_runs_keep_the_invariants_of_a_training_task(data):
     assert sorted(closed) == sorted(world.jobs), "every job submitted is recorded once, as it ended"
     if isinstance(action, Succeed):
         assert world.ledger.data["completed"] and closed[-1] == action.job_name
+
+
+def test_a_reservation_that_cannot_take_the_job_moves_on_naming_why():
+    plan = then_standard_there("RESERVATION")
+    full = decide(plan, *OUTCOMES["reservation-full"])
+    assert "0 of 2 VMs free (2 in use), the job needs 1" in full.moves[0].text
+    assert "projects/p/zones/z/reservations/r1" in full.moves[0].text
+    closed = [e for e in full.effects if isinstance(e, Close)][0]
+    assert closed.state == "RESERVATION_UNAVAILABLE" and "0 of 2 VMs free" in closed.error
+    missing = decide(plan, *OUTCOMES["reservation-missing"])
+    assert "does not exist" in missing.moves[0].text
+    unreadable = decide(plan, *OUTCOMES["reservation-unreadable"])
+    assert any(isinstance(e, Note) and e.level == "warning" and "compute.reservations.get" in e.text
+               for e in unreadable.effects)
+
+
+def test_an_any_reservation_step_reads_nothing_before_the_quota():
+    plan = plan_of(ReservationStep(reservation="ANY"))
+    action = decide(plan, State(), TryStarted(now=NOW, try_number=1))
+    assert isinstance(action, ReadQuota) and any("RESERVATION(ANY)" in e.text for e in action.effects
+                                                 if isinstance(e, Note))
+    assert isinstance(decide(plan_of(ReservationStep(reservation="ANY"), quota_preflight=False), State(),
+                             TryStarted(now=NOW, try_number=1)), Submit)

@@ -286,6 +286,10 @@ def create_app(backend: Backend | None = None) -> FastAPI:
 
     app.add_api_route("/ui/{path:path}", ui, methods=["GET"], include_in_schema=False)
 
+    from airflow_gpu_sched.emulator.reservations import add_compute_routes
+
+    add_compute_routes(app, backend)  # Compute Engine reservations at /compute/v1/...
+
     async def token(request: Request) -> Response:
         # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT
         # assertion is not checked: the emulator only hands out its one token)

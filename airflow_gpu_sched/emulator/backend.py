@@ -54,6 +54,7 @@ from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
+from airflow_gpu_sched.emulator.reservations import ReservationStore
 from airflow_gpu_sched.emulator.scenario import Scenario
 from airflow_gpu_sched.vertex.models import (
     RPC_STATUS,
@@ -110,6 +111,8 @@ class JobRecord:
     history: list[tuple[str, datetime]] = field(default_factory=list)
     owner: str | None = None  # the tuning job or training pipeline that made this job
     quota: dict[str, int] = field(default_factory=dict)  # quota metric -> GPUs, held while ``holds``
+    reservation: str | None = None  # the reservation its affinity names, or "ANY" (emulator/reservations.py)
+    reserved: str | None = None  # the reservation it holds VMs of now
     _wire: dict | None = None
 
     @property
@@ -132,6 +135,24 @@ class ResourceRecord:
     project: str
     location: str
     operation: str | None = None
+
+
+def _vms(record: JobRecord) -> int:
+    """VMs a job holds of a reservation: one per replica."""
+    return sum(pool.replicas for _, pool in record.job.job_spec.active_pools())
+
+
+def _affinity_reservation(spec: Any) -> str | None:
+    """The reservation the job's pools name (a SPECIFIC_RESERVATION), "ANY", or None."""
+    from airflow_gpu_sched.vertex.reservations import reserved_name
+
+    for _, pool in spec.active_pools():
+        affinity = pool.machine_spec.reservation_affinity if pool.machine_spec else None
+        if affinity and affinity.get("reservationAffinityType") in ("ANY_RESERVATION", 2):
+            return "ANY"
+        if reserved_name(affinity):
+            return reserved_name(affinity)
+    return None
 
 
 @lru_cache(maxsize=256)
@@ -181,6 +202,9 @@ class Backend(JobTypesMixin):
         for limit in self.scenario.quotas:
             self.quotas.set(limit.metric, limit.region, limit.limit)
         self.reset_job_types()
+        self.reservations = ReservationStore()
+        for seeded in self.scenario.reservations:
+            self.reservations.insert(seeded.project, seeded.zone, dict(seeded.reservation), self.clock.now())
         for setting in self.scenario.capacity:
             self.apply_capacity(setting.model_dump(exclude_unset=True), at_seconds=setting.at_seconds)
         for seeded in self.scenario.persistent_resources:
@@ -326,6 +350,13 @@ class Backend(JobTypesMixin):
                 f"The job ran longer than scheduling.timeout ({format_duration(timeout)}).", "JOB_TIMEOUT"))
         elif kind == "cancelled":
             self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+        elif kind == "reservation_full" and record.job.name in self._queue:
+            # variant "failed" (assumed: Google documents no behaviour for a full reservation)
+            self._fail(record, when, _error_status(
+                "RESOURCE_EXHAUSTED", f"Resources are insufficient in reservation {record.reservation}: "
+                f"{self.reservations.get(record.reservation or '')['specificReservation']['inUseCount']} of "
+                f"{self.reservations.get(record.reservation or '')['specificReservation']['count']} VMs are in use.",
+                "ZONE_RESOURCE_POOL_EXHAUSTED"))
         elif kind == "restarted" and record.state is S.JOB_STATE_RUNNING:
             self._run_segment(record, when)  # an invisible restart is over: the run resumes
 
@@ -370,6 +401,10 @@ class Backend(JobTypesMixin):
                 return False
             for pid, n in record.demand.items():
                 pools[pid].used_replica_count = (pools[pid].used_replica_count or 0) + n
+        elif record.reservation and self._take_reserved(record):
+            return True
+        elif record.reservation and record.reservation != "ANY":
+            return False  # a specific reservation only: it waits (or fails, by the variant)
         else:
             # quota first (it is the project's), then the region's capacity; both or nothing
             if not self.quotas.fits(record.project, record.location, record.quota):
@@ -389,9 +424,27 @@ class Backend(JobTypesMixin):
             for pid, n in record.demand.items():
                 if pid in pools:
                     pools[pid].used_replica_count = max(0, (pools[pid].used_replica_count or 0) - n)
+        elif record.reserved:
+            self.reservations.give_back(record.reserved, _vms(record))
+            record.reserved = None
+            self.quotas.give_back(record.project, record.location, record.quota)
         else:
             self.capacity.give_back(record.location, record.tier, record.demand)
             self.quotas.give_back(record.project, record.location, record.quota)
+
+    def _take_reserved(self, record: JobRecord) -> bool:
+        """VMs of the job's reservation (its named one, or any matching one for ANY), with quota."""
+        if not self.quotas.fits(record.project, record.location, record.quota):
+            return False
+        name = self.reservations.choose(record.reservation or "", record.location, record.job.job_spec, _vms(record))
+        if name is None:
+            if record.reservation != "ANY" and self.scenario.variants.reservation_full == "failed":
+                self._schedule(self.clock.now(), "reservation_full", record.job.name, record.epoch)
+            return False
+        self.reservations.take(name, _vms(record))
+        self.quotas.take(record.project, record.location, record.quota)
+        record.reserved, record.holds = name, True
+        return True
 
     def _resource_pools(self, record: JobRecord) -> dict | None:
         name = self._resource_name(record.project, record.location, record.job.job_spec.persistent_resource_id)
@@ -495,6 +548,15 @@ class Backend(JobTypesMixin):
             tier, demand, quota = "persistent", self._persistent_demand(project, location, job), {}
         elif check_quota:
             self._check_quota(location, tier, demand)
+        reservation = _affinity_reservation(spec)
+        if reservation and reservation != "ANY":
+            problems = self.reservations.mismatch(reservation, spec)
+            zone = reservation.split("/")[3]
+            if zone.rsplit("-", 1)[0] != location:
+                problems.append(f"reservation {reservation} is in zone {zone}, not in the job's region {location}")
+            if problems:  # assumed: Vertex refuses at create a job no VM of the reservation can take
+                raise ApiError("FAILED_PRECONDITION", f"jobSpec.workerPoolSpecs.machineSpec.reservationAffinity: "
+                                                      f"{'; '.join(problems)}.")
         first = spec.worker_pool_specs[0]
         env = first.env
         try:
@@ -512,7 +574,7 @@ class Backend(JobTypesMixin):
         record = JobRecord(job=job, project=project, location=location, seq=next(self._seq), tier=tier,
                            demand=demand, run_seconds=run_seconds, exit_code=exit_code,
                            eligible_at=now + timedelta(seconds=self.scenario.queue_seconds), owner=owner,
-                           quota=quota)
+                           quota=quota, reservation=reservation)
         job.state = self._waiting_state(record)
         record.history = [(job.state.value, now)]
         self.jobs[job.name] = record

@@ -93,6 +93,9 @@ class Variants(_Camel):
     flex_start_expiry: Literal["failed", "expired"] = "failed"
     # The state a FLEX_START job shows while it waits for capacity.
     flex_start_waiting_state: Literal["JOB_STATE_QUEUED", "JOB_STATE_PENDING"] = "JOB_STATE_QUEUED"
+    # A job whose (specific) reservation has too few free VMs: waits QUEUED until VMs free up
+    # ("queued"), or FAILED with RESOURCE_EXHAUSTED at admission ("failed").
+    reservation_full: Literal["queued", "failed"] = "queued"
 
 
 class SeededPersistentResource(_Camel):
@@ -100,6 +103,16 @@ class SeededPersistentResource(_Camel):
     location: str
     id: str
     resource: dict[str, Any]
+
+
+class SeededReservation(_Camel):
+    """A Compute Engine reservation made when the scenario starts: ``reservation`` is the body
+    ``reservations.insert`` takes (``name``, ``specificReservation``: ``count``,
+    ``instanceProperties``: ``machineType``, ``guestAccelerators``)."""
+
+    project: str
+    zone: str
+    reservation: dict[str, Any]
 
 
 class Scenario(_Camel):
@@ -123,6 +136,7 @@ class Scenario(_Camel):
     faults: Faults = Field(default_factory=Faults)
     variants: Variants = Field(default_factory=Variants)  # assumed behaviours: pick a variant
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
+    reservations: list[SeededReservation] = Field(default_factory=list)  # Compute Engine reservations
     # --execute: run each RUNNING job's command as a local process (see emulator/executor.py)
     execute: bool = False
     execute_root: str | None = None  # where gs:// paths and logs go (default: a temporary folder)

@@ -31,6 +31,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
 from airflow_gpu_sched.operators import lineage
+from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
 from airflow_gpu_sched.orchestration import assets, job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
@@ -60,7 +61,7 @@ from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType, get_j
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
 from airflow_gpu_sched.vertex.models import CustomJob, parse_duration
 from airflow_gpu_sched.orchestration.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
-from airflow_gpu_sched.orchestration.plans import PlanError, Step, parse_plan, positions
+from airflow_gpu_sched.orchestration.plans import PlanError, Step, check_regions, parse_plan, positions
 from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW
 
@@ -363,6 +364,7 @@ class VertexTrainingOperator(BaseOperator):
             accelerator_count=_count_arg("accelerator_count", self.accelerator_count),
             replica_count=_count_arg("replica_count", self.replica_count))
         labels = {**(self.labels or {}), **(extra_labels or {})}
+        pools = job_spec.with_machine_spec(pools, getattr(step, "machine_spec_extra", dict)())  # RESERVATION
         return job_spec.build_custom_job(
             display_name=self.display_name or f"{self.dag_id}-{self.task_id}",
             pools=pools, scheduling=step.scheduling(self.timeout, max_wait), labels=labels,
@@ -385,6 +387,7 @@ class VertexTrainingOperator(BaseOperator):
     def _violations(self, ignore_templates: bool) -> list[Violation]:
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
         found = self.job_kind.violations(self.job_options())
+        found += check_regions(self.plan, self.location)
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, step in enumerate(self.plan):
@@ -453,6 +456,7 @@ class VertexTrainingOperator(BaseOperator):
         self.validated_job(context)  # bad input fails here, before any API call
         with vertex_reachable():
             ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)  # region_order="observed": this run's order, kept in the ledger
             if not ledger.durable:
                 self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
             return self._run(context, ledger, *self._try_started(context, ledger))
@@ -460,12 +464,16 @@ class VertexTrainingOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the job's event: the loop goes on from there."""
         with vertex_reachable():
-            return self._run(context, SubmissionLedger.from_context(context), *self._job_event(context, event))
+            ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)
+            return self._run(context, ledger, *self._job_event(context, event))
 
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
         with vertex_reachable():
-            return self._run(context, SubmissionLedger.from_context(context), self._capacity_event(event))
+            ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)
+            return self._run(context, ledger, self._capacity_event(event))
 
     def _run(self, context: Context, ledger: SubmissionLedger, event: engine.PlanEvent,
              ended: _Ended | None = None) -> Any:
@@ -500,6 +508,7 @@ class VertexTrainingOperator(BaseOperator):
             self._close_attempt(ledger, effect, ended)
         elif isinstance(effect, engine.NewRun):
             ledger.new_run()
+            region_order.keep(self, ledger)  # the order this run's positions were decided in
         elif isinstance(effect, engine.Rewind):
             ledger.move_to(0)
         elif isinstance(effect, engine.Move):
@@ -510,7 +519,9 @@ class VertexTrainingOperator(BaseOperator):
     def _close_attempt(self, ledger: SubmissionLedger, close: engine.Close, ended: _Ended | None) -> None:
         where = {"position": close.position, "location": close.location}
         if close.job_name is None:  # the attempt never got a job
-            ledger.finish_attempt(no_job_record(close.strategy, close.state or "", close.waited, close.error, **where))
+            record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
+            ledger.finish_attempt(record)
+            region_order.record(self, record, 0)
             return
         assert ended is not None, "a job's attempt is closed with the resource it ended as"
         job = ended.kind.view(ended.resource)
@@ -520,6 +531,7 @@ class VertexTrainingOperator(BaseOperator):
         if close.state:
             record.update(state=close.state, error=close.error)
         ledger.finish_attempt(record, close.preemptions, completed=close.completed)
+        region_order.record(self, record, close.preemptions)
         self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
                       record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
         signals.attempt_finished(self, record, close.preemptions)
@@ -533,6 +545,8 @@ class VertexTrainingOperator(BaseOperator):
             return self._read_quota(action.step, action.location), None
         if isinstance(action, engine.ReadResource):
             return self._read_resource(context, action), None
+        if isinstance(action, engine.ReadReservation):
+            return self._read_reservation(context, action), None
         if isinstance(action, engine.Submit):
             from airflow_gpu_sched.vertex.client import QuotaExceededError
 
@@ -617,6 +631,22 @@ class VertexTrainingOperator(BaseOperator):
             now=_now(), name=action.name, state=resource.state.value if resource.state else "STATE_UNSPECIFIED",
             error=resource.error.message if resource.error else None, mismatches=tuple(fit.mismatches),
             runs_now=fit.runs_now, shortages=tuple((s.resource_pool_id, s.free, s.wanted) for s in fit.shortages))
+
+    def _read_reservation(self, context: Context, action: engine.ReadReservation) -> engine.ReservationRead:
+        """The Compute Engine reservation (``reservations.get``) and the job's fit on it."""
+        from airflow_gpu_sched.orchestration import plan_engine as engine
+        from airflow_gpu_sched.vertex.client import NotFoundError, VertexError
+        from airflow_gpu_sched.vertex.reservations import fit
+
+        try:
+            reservation = self.client(action.location).get_reservation(action.name)
+        except NotFoundError:
+            return engine.ReservationRead(now=_now(), name=action.name, missing=True)
+        except VertexError as exc:  # no permission, or unreachable past the retries
+            return engine.ReservationRead(now=_now(), name=action.name, unreadable=str(exc)[:300])
+        found = fit(self.validated_job(context, step=action.step).job_spec, reservation)
+        return engine.ReservationRead(now=_now(), name=action.name, problems=found.problems, free=found.free,
+                                      count=found.count, needed=found.needed)
 
     def submit(self, context: Context, ledger: SubmissionLedger, step: Step, location: str,
                max_wait: timedelta | None = None) -> str:

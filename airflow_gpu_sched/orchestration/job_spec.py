@@ -78,6 +78,14 @@ def _pools_from(value: Any) -> list[dict]:
     return pools
 
 
+def with_machine_spec(pools: list[dict], extra: dict[str, Any]) -> list[dict]:
+    """Every pool that asks for replicas with ``extra`` in its machineSpec (a reservation step's
+    ``reservationAffinity``: Vertex AI reads it per pool)."""
+    if not extra:
+        return pools
+    return [{**pool, "machineSpec": {**(pool.get("machineSpec") or {}), **extra}} if pool else pool for pool in pools]
+
+
 def build_custom_job(*, display_name: str, pools: list[dict], scheduling: dict[str, Any] | None,
                      labels: dict[str, str] | None = None, base_output_dir: str | None = None,
                      service_account: str | None = None, persistent_resource_id: str | None = None,

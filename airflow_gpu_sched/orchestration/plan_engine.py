@@ -8,8 +8,9 @@ back as the next event, until the action is :class:`Succeed` or :class:`Fail`.
   resolved), ``expected_run_time``; each step carries its own knobs (:mod:`.plans`).
 - :class:`State`: what the submission ledger holds (:meth:`State.of` reads its data).
 - Events, a closed set: :class:`TryStarted`, :class:`QuotaRead`, :class:`ResourceRead`,
-  :class:`Created`, :class:`CreateRefused`, :class:`JobEnded`, :class:`CapacityEnded`.
-- Actions, a closed set: :class:`ReadQuota`, :class:`ReadResource`, :class:`Submit`,
+  :class:`ReservationRead`, :class:`Created`, :class:`CreateRefused`, :class:`JobEnded`,
+  :class:`CapacityEnded`.
+- Actions, a closed set: :class:`ReadQuota`, :class:`ReadResource`, :class:`ReadReservation`, :class:`Submit`,
   :class:`WaitForJob`, :class:`ReAttach`, :class:`WaitForCapacity`, :class:`Succeed`,
   :class:`Fail`. Each carries ``effects``, done first and in order: :class:`Note` (a log line),
   :class:`Close` (close the current attempt in the ledger), :class:`Move` (the plan falls back
@@ -40,6 +41,7 @@ from typing import Any, Literal, Union
 from airflow_gpu_sched.vertex.models import format_duration
 from airflow_gpu_sched.orchestration.outcomes import Event
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, PersistentResourceStep, SpotStep, Step, positions, running_bound
+from airflow_gpu_sched.orchestration.plans import ReservationStep
 from airflow_gpu_sched.orchestration.quota import increase_hint
 from airflow_gpu_sched.vertex.rules import Violation
 
@@ -164,6 +166,20 @@ class ResourceRead:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReservationRead:
+    """The Compute Engine reservation a RESERVATION step names, and the job's fit on it."""
+
+    now: datetime
+    name: str
+    problems: tuple[str, ...] = ()  # why the job cannot run on it now (vertex.reservations.fit); (): it fits
+    missing: bool = False  # reservations.get answered 404
+    unreadable: str | None = None  # could not be read (no compute.reservations.get, API down): why
+    free: int = 0
+    count: int = 0
+    needed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Created:
     now: datetime
     job_name: str
@@ -185,7 +201,8 @@ class CapacityEnded:
     message: str | None = None
 
 
-PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, Created, CreateRefused, JobEnded, CapacityEnded]
+PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, ReservationRead, Created, CreateRefused, JobEnded,
+                  CapacityEnded]
 
 # ---------------------------------------------------------------------------------------- outputs
 
@@ -321,6 +338,16 @@ class ReadResource(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReadReservation(Action):
+    """Read the Compute Engine reservation and the job's fit on it: answer with :class:`ReservationRead`."""
+
+    position: int
+    step: Step
+    location: str
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Submit(Action):
     """Create the job (the ledger's submission key, or a new one): :class:`Created` or :class:`CreateRefused`."""
 
@@ -380,6 +407,8 @@ def decide(plan: Plan, state: State, event: PlanEvent) -> Action:
         return _quota_read(plan, state, event)
     if isinstance(event, ResourceRead):
         return _resource_read(plan, state, event)
+    if isinstance(event, ReservationRead):
+        return _reservation_read(plan, state, event)
     if isinstance(event, Created):
         return _created(plan, state, event)
     if isinstance(event, CreateRefused):
@@ -445,12 +474,26 @@ def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]
     """Run the plan from ``position``: skip what the deadline rules out, read a persistent
     resource first, else the quota (when the preflight is on), else submit."""
     step, location = plan.at(position)
-    max_wait, why_not = deadline_budget(plan, step, now)
+    _, why_not = deadline_budget(plan, step, now)
     if why_not:
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
     if isinstance(step, PersistentResourceStep):
         return ReadResource(position=position, step=step, location=location,
                             name=plan.resource_name(step, location), effects=effects)
+    if isinstance(step, ReservationStep) and step.specific:
+        return ReadReservation(position=position, step=step, location=location, name=step.specific, effects=effects)
+    if isinstance(step, ReservationStep):
+        effects = (*effects, Note("info", "RESERVATION(ANY): Vertex AI takes any matching reservation of the region, "
+                                          "else on-demand VMs; nothing to read before submitting"))
+    return _after_preflight(plan, position, now, effects)
+
+
+def _after_preflight(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]) -> Action:
+    """The quota preflight (when on), else the submit."""
+    step, location = plan.at(position)
+    max_wait, why_not = deadline_budget(plan, step, now)
+    if why_not:  # after a reservation read that took time
+        return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
     if plan.quota_preflight:
         return ReadQuota(position=position, step=step, location=location, effects=effects)
     return Submit(position=position, step=step, location=location, max_wait=max_wait, effects=effects)
@@ -509,6 +552,26 @@ def _resource_read(plan: Plan, state: State, event: ResourceRead) -> Action:
                         f"{wait or 'ever'} for capacity")
     return WaitForCapacity(position=position, step=step, location=location, name=event.name, wait=wait,
                            effects=(note,))
+
+
+def _reservation_read(plan: Plan, state: State, event: ReservationRead) -> Action:
+    """A reservation that cannot take the job (missing, not READY, other VMs, too few free) is a
+    capacity outcome of this step: the plan moves on, naming why. An unreadable one only warns."""
+    position = state.position
+    step, _ = plan.at(position)
+    if event.unreadable:
+        note = Note("warning", f"could not read reservation {event.name} ({event.unreadable}; the caller needs "
+                               "compute.reservations.get): submitting without the reservation preflight")
+        return _after_preflight(plan, position, event.now, (note,))
+    why = (f"reservation {event.name} does not exist",) if event.missing else event.problems
+    if why:
+        text = "; ".join(why)
+        close = _no_job(plan, state, "RESERVATION_UNAVAILABLE", text, event.now)
+        failure = Failure("CapacityUnavailable", f"RESERVATION skipped: {event.name} cannot take the job: {text}")
+        return _fall_back(plan, position, failure, event.now, (close,))
+    note = Note("info", f"reservation {event.name}: {event.free} of {event.count} VMs free, the job needs "
+                        f"{event.needed}: submitting on it")
+    return _after_preflight(plan, position, event.now, (note,))
 
 
 def _created(plan: Plan, state: State, event: Created) -> Action:

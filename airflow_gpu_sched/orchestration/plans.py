@@ -18,6 +18,11 @@ Steps are typed objects, or plain dicts whose keys are the operators' own argume
     {"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": ["us-central1", "us-east4"]}
     {"strategy": "SPOT", "max_preemption_retries": 2}
     {"strategy": "STANDARD"}
+    {"strategy": "RESERVATION", "reservation": "projects/p/zones/us-central1-a/reservations/h100-nightly"}
+    {"strategy": "RESERVATION", "reservation": "ANY"}
+
+Any step takes ``region_order="observed"``: its locations are tried in the order of the capacity
+this installation observed there recently (:mod:`.observed`), instead of as given.
 
 May import: vertex; airflow.
 """
@@ -31,7 +36,8 @@ from typing import Any, ClassVar
 from airflow_gpu_sched.vertex.models import Scheduling, parse_duration
 from airflow_gpu_sched.vertex.rules import PERSISTENT_RESOURCE_ID, Violation
 
-STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD")
+STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD", "RESERVATION")
+REGION_ORDERS = ("given", "observed")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class Step:
     strategy: ClassVar[str] = "STANDARD"
     locations: tuple[str, ...] = ()  # empty: the operator's location
     capacity_wait_timeout: timedelta | None = None  # the job must be RUNNING within this (None: no bound)
+    region_order: str | None = None  # "observed": locations by recent capacity (None, "given": as listed)
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
         block: dict[str, Any] = {"strategy": self.strategy}
@@ -101,8 +108,38 @@ class PersistentResourceStep(Step):
         return f"PERSISTENT_RESOURCE({self.resource_id}, capacity_wait_timeout={self.capacity_wait_timeout})"
 
 
+@dataclass(frozen=True)
+class ReservationStep(Step):
+    """A Compute Engine reservation: every pool's ``machineSpec.reservationAffinity`` names it
+    (``"ANY"``: any matching reservation, else on-demand VMs). A specific reservation is read first
+    (:mod:`airflow_gpu_sched.vertex.reservations`): the plan moves on when it is not READY, holds
+    other VMs than the job's, or has too few free VMs for every replica. Its job draws on the
+    on-demand GPU quota; it must be RUNNING within ``capacity_wait_timeout`` (default 30 min: a
+    reservation has its VMs, so a long wait means another consumer took them)."""
+
+    strategy: ClassVar[str] = "RESERVATION"
+    reservation: str = ""
+    capacity_wait_timeout: timedelta | None = timedelta(minutes=30)
+
+    def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
+        return {"timeout": timeout} if timeout is not None else {}  # on-demand VMs of the reservation
+
+    def machine_spec_extra(self) -> dict[str, Any]:
+        from airflow_gpu_sched.vertex.reservations import affinity
+
+        return {"reservationAffinity": affinity(self.reservation)}
+
+    @property
+    def specific(self) -> str | None:
+        """The reservation's full name, or None for ANY."""
+        return None if self.reservation == "ANY" else self.reservation
+
+    def describe(self) -> str:
+        return f"RESERVATION({self.reservation})"
+
+
 STEP_TYPES: dict[str, type[Step]] = {t.strategy: t for t in (PersistentResourceStep, FlexStartStep, SpotStep,
-                                                              StandardStep)}
+                                                              StandardStep, ReservationStep)}
 _DURATIONS = {"max_wait_duration", "capacity_wait_timeout"}
 
 
@@ -172,6 +209,9 @@ def _convert(key: str, raw: Any) -> Any:
         if not isinstance(raw, (list, tuple)) or not all(isinstance(x, str) and x for x in raw):
             raise ValueError("must be a list of region names")
         return tuple(raw)
+    if key == "region_order":
+        if raw is not None and raw not in REGION_ORDERS:
+            raise ValueError(f"must be one of {', '.join(REGION_ORDERS)} (got {raw!r})")
     if key == "max_preemption_retries":
         if isinstance(raw, str) and raw.strip().isdigit():  # a rendered template is text
             raw = int(raw)
@@ -190,7 +230,21 @@ def check_step(step: Step, path: str) -> list[Violation]:
         found.append(Violation(f"{path}.persistent_resource_id",
                                f"{step.persistent_resource_id!r} is not a persistent resource id: 1-63 lowercase "
                                "letters, digits and '-', starting with a letter"))
+    if isinstance(step, ReservationStep):
+        from airflow_gpu_sched.vertex.reservations import check_reservation
+
+        found += check_reservation(step.reservation, f"{path}.reservation", step.locations)
     return found
+
+
+def check_regions(steps: list[Step], default_location: str) -> list[Violation]:
+    """Rules that need the operator's location: a reservation step without ``locations`` runs
+    there, so its reservation's zone must be in it."""
+    from airflow_gpu_sched.vertex.reservations import check_reservation
+
+    return [v for index, step in enumerate(steps)
+            if isinstance(step, ReservationStep) and not step.locations and not _is_template(step.reservation)
+            for v in check_reservation(step.reservation, f"plan[{index}].reservation", (default_location,))]
 
 
 def parse_plan(values: Any, ignore_templates: bool = False) -> list[Step]:

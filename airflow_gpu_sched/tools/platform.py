@@ -250,6 +250,8 @@ def rule_sets(task: Any, step: Any) -> list[str]:
         found.append("persistent resource")  # the reference here; the pool's fit when the task runs
     elif step.strategy in ("FLEX_START", "SPOT"):
         found.append(step.strategy)
+    elif step.strategy == "RESERVATION":
+        found.append("reservation")  # the name and zone here; the fit on its VMs when the task runs
     if task.job_kind.key != "custom_job":
         found.append(task.job_kind.key)
     return found

@@ -59,17 +59,18 @@ _DURATION = re.compile(r"^-?\d+(\.\d{1,9})?s$")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
 
 
-def body_errors(rpc: str, body: Any) -> list[tuple[str, str]]:
+def body_errors(rpc: str, body: Any, table: dict | None = None) -> list[tuple[str, str]]:
     """Every (field path, description) Google's parser would refuse in ``body`` for ``rpc``.
 
     ``rpc`` is a discovery method id with a body (``customJobs.create``); others have no body
     schema and raise KeyError. A single value given for a repeated field is accepted, as
-    Google's parser accepts it, and wrapped in a list in ``body`` itself."""
+    Google's parser accepts it, and wrapped in a list in ``body`` itself. ``table``: another
+    API's table of the same shape (``compute_schema.load()``); default the Vertex AI one."""
     # imported here so that `python -m airflow_gpu_sched.vertex.request_schema` does not find
     # its own module already imported
     from airflow_gpu_sched.vertex.request_schema import load
 
-    table = load()
+    table = table or load()
     method = table["methods"][rpc]
     if not isinstance(body, dict):
         return [("", 'Invalid JSON payload received. Unknown name "": Root element must be a message.')]

@@ -53,6 +53,7 @@ from airflow_gpu_sched.vertex.models import (
     Status,
     parse_duration,
 )
+from airflow_gpu_sched.vertex.reservations import ComputeOperation, Reservation, ReservationList
 from airflow_gpu_sched.vertex.rules import (
     SpecError,
     check_persistent_resource,
@@ -126,6 +127,16 @@ def service_root(service: str, api_endpoint: str | None = None) -> str:
     if host == "googleapis.com" or host.endswith(".googleapis.com"):
         return production
     return root
+
+
+def compute_root(api_endpoint: str | None = None) -> str:
+    """Compute Engine's ``.../compute/v1/`` root: ``https://compute.googleapis.com/compute/v1/``
+    in production (no override, or one on a ``googleapis.com`` host); any other override (the
+    emulator) serves it on the same host: ``http://127.0.0.1:PORT`` -> ``.../compute/v1/``."""
+    root = service_root("compute", api_endpoint)
+    if root.startswith("https://compute.googleapis.com/"):
+        return "https://compute.googleapis.com/compute/v1/"
+    return root[: -len("v1/")] + "compute/v1/"
 
 
 def is_loopback_http(api_endpoint: str | None) -> bool:
@@ -205,6 +216,8 @@ class VertexApi:
     def url(self, call: ApiCall) -> str:
         if call.service == "cloudquotas":
             root = quotas_root(self.api_endpoint)
+        elif call.service == "compute":
+            root = compute_root(self.api_endpoint)
         else:
             root = api_root(call.location, self.api_endpoint)
         path = quote(call.path.lstrip("/"), safe="/:@-._~")
@@ -348,10 +361,36 @@ class VertexApi:
         return ApiCall("quotaInfos.list", "GET", f"projects/{project}/locations/global/services/{service}/quotaInfos",
                        "global", params={"pageSize": page_size, "pageToken": page_token}, service="cloudquotas")
 
+    # --- Compute Engine reservations (compute.googleapis.com/compute/v1)
+
+    def get_reservation(self, name: str) -> ApiCall:
+        """``name``: ``projects/P/zones/Z/reservations/R``."""
+        return ApiCall("reservations.get", "GET", name, _zone_region(name), service="compute")
+
+    def list_reservations(self, project: str, zone: str, page_token: str | None = None,
+                          max_results: int | None = None) -> ApiCall:
+        params = {"pageToken": page_token, "maxResults": max_results}
+        return ApiCall("reservations.list", "GET", f"projects/{project}/zones/{zone}/reservations",
+                       zone.rsplit("-", 1)[0], params=params, service="compute")
+
+    def insert_reservation(self, project: str, zone: str, reservation: Mapping[str, Any],
+                           request_id: str | None = None) -> ApiCall:
+        """Idempotent only with a ``request_id`` (compute's dedup key); the name is the client's."""
+        return ApiCall("reservations.insert", "POST", f"projects/{project}/zones/{zone}/reservations",
+                       zone.rsplit("-", 1)[0], params={"requestId": request_id}, body=dict(reservation),
+                       service="compute")
+
     # --- operations
 
     def get_operation(self, name: str) -> ApiCall:
         return ApiCall("operations.get", "GET", name, location_of(name))
+
+
+def _zone_region(name: str) -> str:
+    parts = (name or "").split("/")
+    if len(parts) < 6 or parts[0] != "projects" or parts[2] != "zones":
+        raise ValueError(f"{name!r} is not a reservation name like 'projects/P/zones/Z/reservations/R'")
+    return parts[3].rsplit("-", 1)[0]
 
 
 def _parent(parent_or_project_location: str | tuple[str, str]) -> str:
@@ -719,6 +758,27 @@ class ClientMethods:
             raise ValueError("no project: pass project= to the client or to the call")
         call = self.api.list_quota_infos(project, service, page_size, page_token)
         return self._execute(call, ListQuotaInfosResponse.model_validate)
+
+    # --- Compute Engine reservations
+
+    def get_reservation(self, name: str) -> Reservation:
+        return self._execute(self.api.get_reservation(name), Reservation.model_validate)
+
+    def list_reservations_page(self, zone: str, page_token: str | None = None, max_results: int | None = None,
+                               project: str | None = None) -> ReservationList:
+        project = project or self.project
+        if not project:
+            raise ValueError("no project: pass project= to the client or to the call")
+        call = self.api.list_reservations(project, zone, page_token, max_results)
+        return self._execute(call, ReservationList.model_validate)
+
+    def insert_reservation(self, zone: str, reservation: Mapping[str, Any], request_id: str | None = None,
+                           project: str | None = None) -> ComputeOperation:
+        project = project or self.project
+        if not project:
+            raise ValueError("no project: pass project= to the client or to the call")
+        call = self.api.insert_reservation(project, zone, reservation, request_id)
+        return self._execute(call, ComputeOperation.model_validate)
 
     # --- operations
 
