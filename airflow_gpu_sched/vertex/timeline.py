@@ -91,6 +91,7 @@ class Attempt:
 class Task:
     name: str
     attempts: tuple[Attempt, ...]
+    note: str = ""  # instead of the totals, e.g. "deferred: no result yet"
 
     def total(self, field: str) -> float | None:
         values = [getattr(a, field) for a in self.attempts if getattr(a, field) is not None]
@@ -309,6 +310,8 @@ def attempt_info(a: Attempt) -> str:
 
 
 def task_info(t: Task) -> str:
+    if t.note:
+        return t.note
     accelerators = sorted({a.accelerator for a in t.attempts if a.accelerator})
     on = f" for {'/'.join(accelerators)}" if accelerators else ""
     gpu = t.total("gpu_hours")
