@@ -6,3 +6,5 @@ read from the tasks' XCom results through Airflow's REST API as the signed-in us
 
 May import: vertex, ui; airflow.
 """
+
+PREFIX = "/gpu-sched"  # where the api-server mounts the plugin's app

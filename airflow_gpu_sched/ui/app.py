@@ -17,8 +17,7 @@ import httpx
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse
 
-from airflow_gpu_sched.ui import page
-from airflow_gpu_sched.ui.plugin import PREFIX
+from airflow_gpu_sched.ui import PREFIX, page
 from airflow_gpu_sched.ui.source import TRAINING_OPERATORS, AirflowApi, ApiError, credential, fetch
 
 MAX_NIGHTS = 60

@@ -2,7 +2,7 @@
 HTML (the shared timeline SVG, then a table of who waited for GPUs, how long, on what, at what
 cost). No I/O here: :mod:`airflow_gpu_sched.ui.source` fetches, this only lays out.
 
-May import: vertex, ui.
+May import: vertex, ui; never airflow.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ body{font-family:system-ui,sans-serif;margin:16px;color:#1f2430;background:#fff}
 h1{font-size:18px;margin:0 0 6px} p.scope{margin:0 0 12px;color:#5b6270;font-size:13px}
 p.scope a{margin-right:10px} .timeline{overflow-x:auto;border:1px solid #e3e6ea;margin-bottom:18px}
 table{border-collapse:collapse;font-size:13px} th,td{padding:3px 10px;border-bottom:1px solid #e3e6ea;text-align:left}
-th{background:#f6f7f9} td.n{text-align:right;font-variant-numeric:tabular-nums} .error{color:#c0392b}
+th{background:#f6f7f9} td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+.timeline svg{max-width:100%;height:auto;display:block} .error{color:#c0392b}
 """
 
 
@@ -68,7 +69,7 @@ def render(runs: list[RunRecord], heading: str, links: list[tuple[str, str]], er
     body = f'<p class="error">{escape(error)}</p>' if error else ""
     trained = [n for n in nights if n.tasks]
     if trained:
-        body += f'<div class="timeline">{svg(trained, heading)}</div>'
+        body += f'<div class="timeline">{svg(trained, "")}</div>'
         rows = "".join(
             f"<tr><td>{escape(r[0])}</td><td>{escape(r[1])}</td><td>{escape(r[2])}</td><td>{escape(r[3])}</td>"
             f'<td class="n">{r[4] / 60:.1f}</td><td class="n">{r[5]:.2f}</td><td class="n">{r[6]}</td>'

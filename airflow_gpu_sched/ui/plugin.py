@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-PREFIX = "/gpu-sched"
+from airflow_gpu_sched.ui import PREFIX
 
 
 class LazyApp:

@@ -42,6 +42,11 @@ MARKS = {"preempted": ("#d9463e", "preempted"),
          "failed": ("#8b1a1a", "failed")}
 
 
+# how an attempt ended (the XCom's outcome), in the words of its row; else its job state
+OUTCOME_WORDS = {"preempted": "PREEMPTED", "capacity_timeout": "NO-CAPACITY", "quota_exceeded": "NO-QUOTA",
+                 "error": "API-ERROR"}
+
+
 @dataclass(frozen=True)
 class Segment:
     kind: str
@@ -150,6 +155,7 @@ def task_from_result(name: str, result: dict[str, Any]) -> Task:
     for number, a in enumerate(raw, 1):
         created, started, ended = (_time(a.get(k)) for k in ("create_time", "start_time", "end_time"))
         state = (a.get("state") or "").removeprefix("JOB_STATE_")
+        status = OUTCOME_WORDS.get(a.get("outcome") or "", state)
         segs = []
         if created and (started or ended):
             segs.append(Segment("queued", created, started or ended))
@@ -172,7 +178,7 @@ def task_from_result(name: str, result: dict[str, Any]) -> Task:
                 marks.append(Mark("failed", ended, note=a.get("error") or "failed"))
         note = "" if a.get("job_name") else f"no job: {a.get('error') or state.lower()}"
         attempts.append(Attempt(
-            f"#{number}", a.get("strategy") or "?", a.get("location") or "", state, tuple(segs), tuple(marks),
+            f"#{number}", a.get("strategy") or "?", a.get("location") or "", status, tuple(segs), tuple(marks),
             a.get("queued_seconds"), a.get("run_seconds"), a.get("gpu_hours"), a.get("cost"),
             result.get("currency"), a.get("accelerator_type"), note))
         ends.append(ended)
@@ -217,7 +223,8 @@ def attempt_from_history(label: str, strategy: str, region: str, history: list[t
     created = history[0][1] if history else None
     ran = sum((s.end - s.start).total_seconds() for s in segs if s.kind == "running")
     waited = ((started or end or now) - created).total_seconds() if created else None
-    return Attempt(label, strategy, region, state, segs, tuple(marks), waited, ran,
+    status = "PREEMPTED" if preempted_at_end else state
+    return Attempt(label, strategy, region, status, segs, tuple(marks), waited, ran,
                    round(gpus * ran / 3600, 4), None, None, accelerator)
 
 
@@ -305,7 +312,7 @@ def _money(value: float | None, currency: str | None) -> str:
 
 def attempt_info(a: Attempt) -> str:
     gpu = "-" if a.gpu_hours is None else f"{a.gpu_hours:.2f}"
-    return (f"{a.state or '?':<10} queued {_minutes(a.waited_seconds):>6}  ran {_minutes(a.run_seconds):>6}  "
+    return (f"{a.state or '?':<11} queued {_minutes(a.waited_seconds):>6}  ran {_minutes(a.run_seconds):>6}  "
             f"{gpu:>6} GPU-h  {_money(a.cost, a.currency)}")
 
 
@@ -343,11 +350,11 @@ def layout(nights: list[Night], title: str = "training timeline", bar_w: float =
     info_w = max([text_width(s, "info") for s in infos] + [80])
     left = MARGIN + label_w + GAP
     right = left + bar_w
-    texts: list[Text] = [Text(MARGIN, MARGIN + 15, title, "title")]
+    texts: list[Text] = [Text(MARGIN, MARGIN + 15, title, "title")] if title else []
     boxes: list[Box] = []
     glyphs: list[Glyph] = []
     rows: list[tuple[str, str, str]] = []
-    y = MARGIN + 15 + 14
+    y = MARGIN + 15 + 14 if title else MARGIN - 6
     widest = right + GAP + info_w + MARGIN
     for night in nights:
         times = [t for task in night.tasks for a in task.attempts
