@@ -4,12 +4,16 @@ A training DAG runs against the emulator (FLEX_START runs out of its wait and fa
 which the test preempts past the service's restarts, so the plan resubmits it); then Chromium
 opens the plugin's page for the run, as a signed-in browser does, and the test reads what it
 rendered: a row per task and attempt, the markers, the wait table. Screenshots of the page and
-of Airflow's own DAG-run page with the plugin's tab are kept (paths printed).
+of Airflow's own DAG-run page with the plugin's tab are kept in ``.e2e-artifacts/ui-plugin/``
+(or ``$E2E_ARTIFACTS``; the paths are printed). The deployment loads the plugin from its plugins
+folder: the venv's editable install of the package may predate the ``airflow.plugins`` entry
+point (which tests/test_ui.py checks).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +37,7 @@ DAG_ID = "e2e_ui"
 SCENARIO = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 300, "maxServiceRestarts": 1,
             # no A100 for FLEX_START in us-central1 (its 20-minute wait runs out); some in us-east4
             "capacity": [{"location": "us-central1", "acceleratorType": "NVIDIA_TESLA_A100", "flexStart": 0}]}
+REPO = Path(__file__).resolve().parents[2]
 PLUGIN = "from airflow_gpu_sched.ui.plugin import GpuSchedPlugin  # the entry point's class, for this deployment\n"
 
 
@@ -84,7 +89,8 @@ def test_the_plugin_shows_every_attempt_of_the_run_in_chromium(tmp_path_factory)
             run_id = airflow.trigger(DAG_ID)
             state = airflow.wait(DAG_ID, run_id, timeout=300)
             stop.set()
-            assert state == "success", f"run ended {state}\n{airflow.logs()[-20000:]}"
+            states = {t["task_id"]: t["state"] for t in airflow.task_instances(DAG_ID, run_id)}
+            assert state == "success", f"run ended {state}: {states}\n{airflow.logs()[-30000:]}"
 
             profile = root / "chromium"
             url = f"{airflow.api_url}/gpu-sched/dags/{DAG_ID}/runs/{run_id}"
@@ -123,6 +129,7 @@ def test_the_plugin_shows_every_attempt_of_the_run_in_chromium(tmp_path_factory)
             # the DAG's last nights, and every DAG's, render too
             for page in (f"{airflow.api_url}/gpu-sched/dags/{DAG_ID}?nights=7", f"{airflow.api_url}/gpu-sched/"):
                 assert "#3 SPOT us-central1" in _chromium(profile, "--dump-dom", page).stdout
-            kept = tmp_path_factory.getbasetemp() / "ui-plugin"
+            # kept past pytest's rotation of its temporary folders
+            kept = Path(os.environ.get("E2E_ARTIFACTS", REPO / ".e2e-artifacts")) / "ui-plugin"
             shutil.copytree(artifacts, kept, dirs_exist_ok=True)
             print(f"\nscreenshots: {kept}/gpu-sched-run.png {kept}/airflow-ui-run-tab.png")
