@@ -123,6 +123,13 @@ def test_long_labels_widen_the_label_column_instead_of_running_into_the_bars():
     assert any(t.text == long for t in picture.texts)  # whole, not cut
 
 
+def test_a_long_error_stays_inside_the_picture():
+    result = {"preemptions": 0, "attempts": [{**PLAN["attempts"][0], "error": "quota refused: " + "x" * 300}]}
+    picture = layout([night_from_results("n", [("train", result)])])
+    _check(picture)
+    assert any(t.text.startswith("no job: quota refused") and t.text.endswith("...") for t in picture.texts)
+
+
 def test_an_xcom_without_outcomes_still_marks_the_task_s_preemptions():
     old = {"preemptions": 7, "attempts": [{k: v for k, v in a.items() if k not in ("outcome", "restarts_observed")}
                                           for a in PLAN["attempts"][2:]]}

@@ -21,7 +21,7 @@ May import: nothing of this package; never airflow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from html import escape
 from typing import Any, Iterable
@@ -143,7 +143,7 @@ def _between(attempts: list[Attempt], ends: list[datetime | None]) -> list[Attem
             same = (prev.strategy, prev.region) == (attempt.strategy, attempt.region)
             mark = Mark("resubmitted", at, note=f"resubmitted after {prev.label} ({prev.state.lower()})") if same \
                 else Mark("fell back", at, note=f"fell back from {prev.strategy} {prev.region} ({prev.state.lower()})")
-            attempt = Attempt(**{**attempt.__dict__, "marks": (mark, *attempt.marks)})
+            attempt = replace(attempt, marks=(mark, *attempt.marks))
         out.append(attempt)
     return out
 
@@ -190,7 +190,7 @@ def task_from_result(name: str, result: dict[str, Any]) -> Task:
     if missing > 0 and spot:
         i = spot[0]
         mark = Mark("preempted", ends[i], missing, f"{missing} preemptions observed (times not in the XCom)")
-        attempts[i] = Attempt(**{**attempts[i].__dict__, "marks": (*attempts[i].marks, mark)})
+        attempts[i] = replace(attempts[i], marks=(*attempts[i].marks, mark))
     return Task(name, tuple(attempts))
 
 
@@ -328,6 +328,13 @@ def task_info(t: Task) -> str:
             f"{'s' if len(t.attempts) != 1 else ''}, {0 if gpu is None else gpu:.2f} GPU-h, {_money(cost, currency)}")
 
 
+def _attempt_right(a: Attempt) -> str:
+    """The right column of an attempt's row: its figures, or why it has none (an error, cut short)."""
+    if not a.note:
+        return attempt_info(a)
+    return a.note if len(a.note) <= 100 else a.note[:97] + "..."
+
+
 def attempt_label(a: Attempt) -> str:
     return f"  {a.label} {a.strategy} {a.region}".rstrip()
 
@@ -344,7 +351,7 @@ def layout(nights: list[Night], title: str = "training timeline", bar_w: float =
     one, figures in a right column as wide as the longest; bars only between the two."""
     labels = [t.name for n in nights for t in n.tasks] + [attempt_label(a) for n in nights for t in n.tasks
                                                           for a in t.attempts]
-    infos = [task_info(t) for n in nights for t in n.tasks] + [attempt_info(a) for n in nights for t in n.tasks
+    infos = [task_info(t) for n in nights for t in n.tasks] + [_attempt_right(a) for n in nights for t in n.tasks
                                                                 for a in t.attempts]
     label_w = max([text_width(s, "label") for s in labels] + [80])
     info_w = max([text_width(s, "info") for s in infos] + [80])
@@ -387,7 +394,7 @@ def layout(nights: list[Night], title: str = "training timeline", bar_w: float =
                 top = y - ROW + (ROW - BAR_H) - 4
                 rows.append((night.title, task.name, a.label))
                 texts.append(Text(MARGIN, y - 8, attempt_label(a), "label"))
-                texts.append(Text(right + GAP, y - 8, attempt_info(a) if not a.note else a.note[:120], "info"))
+                texts.append(Text(right + GAP, y - 8, _attempt_right(a), "info"))
                 boxes.append(Box(left, top, bar_w, BAR_H, "track"))
                 for s in a.segments:
                     x = x_of(s.start)
