@@ -2,7 +2,7 @@
 
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
     airflow-gpu-sched demo [--speed X] [--strategies]
-    airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json) [--out timeline.svg]
+    airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json [--task T] [--title T]) [--out timeline.svg]
     airflow-gpu-sched jobs list --project P --location L [--job-type T ...] [--json]
     airflow-gpu-sched jobs orphans --project P --location L [--cancel [--yes]] [--json]
     airflow-gpu-sched plan check DAG_FILE [--json]

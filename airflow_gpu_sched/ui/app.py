@@ -24,11 +24,13 @@ MAX_NIGHTS = 60
 
 
 def _roots(request: Request) -> tuple[str, str]:
-    """(the plugin's root path, the REST API's URL) as the caller reached this api-server."""
+    """(the plugin's root path, the REST API's URL on this very api-server). The API is called on
+    the socket that took the request (``scope["server"]``), never on the Host header the client
+    sent: a forged Host cannot make the server fetch from another machine."""
     root = request.scope.get("root_path", "").rstrip("/")
-    origin = f"{request.url.scheme}://{request.url.netloc}"
-    airflow_root = root.removesuffix(PREFIX)
-    return root + "/", f"{origin}{airflow_root}/api/v2"
+    host, port = request.scope.get("server") or ("127.0.0.1", 8080)
+    host = f"[{host}]" if ":" in host else host
+    return root + "/", f"{request.url.scheme}://{host}:{port}{root.removesuffix(PREFIX)}/api/v2"
 
 
 async def _page(request: Request, heading: str, dag_id: str | None, run_id: str | None, nights: int,

@@ -126,6 +126,9 @@ def test_the_plugin_shows_every_attempt_of_the_run_in_chromium(tmp_path_factory)
             _chromium(profile, "--window-size=1600,1000", "--virtual-time-budget=20000", f"--screenshot={tab}",
                       f"{airflow.api_url}/dags/{DAG_ID}/runs/{run_id}/plugin/gpu-training-run")
             assert tab.exists() and tab.stat().st_size > 20_000
+            # the plugin calls the API on its own socket: a forged Host header changes nothing
+            forged = airflow.session.get(url, headers={"Host": "203.0.113.7:9"}, timeout=60)
+            assert forged.status_code == 200 and "#3 SPOT us-central1" in forged.text
             # the DAG's last nights, and every DAG's, render too
             for page in (f"{airflow.api_url}/gpu-sched/dags/{DAG_ID}?nights=7", f"{airflow.api_url}/gpu-sched/"):
                 assert "#3 SPOT us-central1" in _chromium(profile, "--dump-dom", page).stdout
