@@ -113,3 +113,22 @@ def test_the_main_job_runs_nightly_retraining_through_airflow_dags_test(tmp_path
     assert "registered model nightly-model: projects/demo-project/locations/us-central1/models/" in out
     assert "nightly_deploy read the model event: projects/demo-project/locations/us-central1/models/" in out
     assert (tmp_path / ".demo" / "timeline.svg").read_text().startswith("<svg")
+    _check_demo_timeline(tmp_path / ".demo" / "timeline.svg")
+
+
+def _check_demo_timeline(path: Path) -> None:
+    """The demo's night: a row per training task and job, the SPOT job's 7 preemptions each marked
+    (6 service restarts and the last), the resubmission after them."""
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    svg = ET.parse(path).getroot()
+    texts = ["".join(t.itertext()).strip() for t in svg.iter(f"{ns}text")]
+    for task in ("train", "train_on_spot", "train_on_pool", "tune", "train_and_register"):
+        assert task in texts, texts
+    spot = texts.index("train_on_spot")
+    assert texts[spot + 2:spot + 6:2] == ["#1 SPOT us-central1", "#2 SPOT us-central1"], texts[spot:spot + 8]
+    assert texts[spot + 3].startswith("PREEMPTED") and texts[spot + 5].startswith("SUCCEEDED")
+    marks = [g.get("class") for g in svg.iter(f"{ns}g")]
+    assert marks.count("mark preempted") == 7 + 1 and marks.count("mark resubmitted") == 1 + 1  # + the legend
+    assert sum(t.startswith("trial ") for t in texts) == 4  # the tuning job's trials

@@ -45,7 +45,8 @@ def test_timeline_svg_from_the_emulator_and_from_an_xcom_result(emulator, tmp_pa
     subprocess.run([*CLI, "timeline", "--emulator", emulator.url, "--out", str(out)], check=True, timeout=60)
     svg = ET.parse(out).getroot()
     kinds = [r.get("class") for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.get("class")]
-    assert kinds == ["queued", "pending", "running"]
+    legend = ["queued", "pending", "running"]  # the swatches after the bars
+    assert kinds == ["queued", "pending", "running", *legend]
 
     result = {"job_name": "projects/p/locations/l/customJobs/2", "attempts": [
         {"strategy": "FLEX_START", "location": "us-central1", "state": "JOB_STATE_FAILED",
@@ -56,8 +57,30 @@ def test_timeline_svg_from_the_emulator_and_from_an_xcom_result(emulator, tmp_pa
     source = tmp_path / "result.json"
     source.write_text(json.dumps(result))
     out = tmp_path / "xcom.svg"
-    subprocess.run([*CLI, "timeline", "--xcom", str(source), "--out", str(out)], check=True, timeout=60)
+    subprocess.run([*CLI, "timeline", "--xcom", str(source), "--task", "train", "--out", str(out)], check=True,
+                   timeout=60)
     svg = ET.parse(out).getroot()
     kinds = [r.get("class") for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.get("class")]
-    assert kinds == ["queued", "queued", "running"]
-    assert "180 min" in out.read_text()
+    assert kinds == ["queued", "queued", "running", *legend]
+    texts = ["".join(t.itertext()).strip() for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "train" in texts and "#1 FLEX_START us-central1" in texts and "#2 SPOT us-central1" in texts
+    assert any("-> 03:00 UTC (3h00m)" in t for t in texts)
+    # the second attempt came by a fallback (another strategy): its marker is drawn
+    assert [g.get("class") for g in svg.iter("{http://www.w3.org/2000/svg}g")][0] == "mark fell-back"
+
+
+def test_timeline_of_a_run_s_tasks_from_their_xcom_results(tmp_path):
+    """``--xcom`` of {task id: return value}: a row per task and attempt, every preemption marked."""
+    from tests.test_timeline import CANCELLED, PLAN
+
+    source = tmp_path / "night.json"
+    source.write_text(json.dumps({"train_with_a_plan": PLAN, "evaluate_on_gpu": CANCELLED}))
+    out = tmp_path / "night.svg"
+    printed = subprocess.run([*CLI, "timeline", "--xcom", str(source), "--title", "nightly 2026-11-30",
+                              "--out", str(out)], check=True, timeout=60, capture_output=True, text=True).stdout
+    assert f"timeline written to {out}" in printed
+    svg = ET.parse(out).getroot()
+    texts = ["".join(t.itertext()).strip() for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert texts.index("train_with_a_plan") < texts.index("#4 SPOT us-central1") < texts.index("evaluate_on_gpu")
+    marks = [(g.get("class"), g.get("data-count")) for g in svg.iter("{http://www.w3.org/2000/svg}g")]
+    assert ("mark preempted", "7") in marks and ("mark cancelled", "1") in marks

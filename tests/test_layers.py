@@ -22,7 +22,7 @@ from tests.conftest import LOCATION, PROJECT, load_seed
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "airflow_gpu_sched"
-LAYERS = ("vertex", "orchestration", "hooks", "triggers", "operators", "emulator", "tools")
+LAYERS = ("vertex", "orchestration", "hooks", "triggers", "operators", "emulator", "tools", "ui")
 # layer -> the layers it may import (the package's own modules only), and how it may import airflow
 RULES = {
     "vertex": ({"vertex"}, "inside functions"),
@@ -32,6 +32,7 @@ RULES = {
     "operators": ({"vertex", "orchestration", "hooks", "triggers", "operators"}, "anywhere"),
     "emulator": ({"vertex", "emulator"}, "never"),
     "tools": ({"vertex", "orchestration", "operators", "emulator", "tools"}, "inside functions"),
+    "ui": ({"vertex", "ui"}, "anywhere"),  # the Airflow UI plugin: only Airflow loads it
 }
 # the top-level modules outside the layers: the provider's entry point (which reads the data modules
 # of the connection form and the config option), and the re-exports kept for old imports (each may

@@ -86,3 +86,17 @@ def test_the_example_dags_parse_from_the_installed_wheel(installed, tmp_path):
     folder, dag_ids, errors = out.stdout.strip().splitlines()[-3:]
     assert folder.startswith(str(venv))
     assert "nightly_retraining" in dag_ids and "spot_training" in dag_ids and errors == "{}"
+
+
+def test_airflow_finds_the_ui_plugin_of_the_installed_wheel_by_its_entry_point(installed, tmp_path):
+    """The ``airflow.plugins`` entry point, as Airflow's plugins manager reads it (``airflow plugins``)."""
+    import json
+
+    _, venv, env = installed
+    run = subprocess.run([str(venv / "bin" / "python"), "-m", "airflow", "plugins", "--output", "json"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    plugins = json.loads(run.stdout[run.stdout.index("["):])
+    mine = next(p for p in plugins if p["name"] == "airflow_gpu_sched")
+    assert mine["source"].startswith("airflow-gpu-sched==") or "airflow_gpu_sched" in mine["source"], mine
+    assert "/gpu-sched" in str(mine["fastapi_apps"]) and "dag_run" in str(mine["external_views"])

@@ -397,10 +397,11 @@ def create_app(backend: Backend | None = None) -> FastAPI:
         return Response(render(backend), media_type="text/html")
 
     async def timeline_svg(request: Request) -> Response:
-        from airflow_gpu_sched.vertex.timeline import to_svg
+        from airflow_gpu_sched.emulator.timeline import nights
+        from airflow_gpu_sched.vertex.timeline import svg
 
         backend.advance()
-        return Response(to_svg(backend.timeline_rows(), "Vertex AI emulator: jobs"), media_type="image/svg+xml")
+        return Response(svg(nights(backend), "Vertex AI emulator: jobs"), media_type="image/svg+xml")
 
     app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)
     app.add_api_route("/emulator/v1/timeline.svg", timeline_svg, methods=["GET"], include_in_schema=False)

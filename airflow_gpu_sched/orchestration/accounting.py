@@ -30,7 +30,9 @@ RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "pree
                "queued_seconds",
                "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir")
 ATTEMPT_KEYS = ("job_name", "strategy", "location", "state", "create_time", "start_time", "end_time",
-                "queued_seconds", "run_seconds", "gpu_hours", "cost", "error")
+                "queued_seconds", "run_seconds", "gpu_hours", "cost", "error",
+                # for the timeline (vertex/timeline.py): how the attempt ended, restarts seen, on what
+                "outcome", "restarts_observed", "accelerator_type")
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float:

@@ -2,7 +2,7 @@
 
     airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
     airflow-gpu-sched demo [--speed X] [--strategies]
-    airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json) [--out timeline.svg]
+    airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json [--task T] [--title T]) [--out timeline.svg]
     airflow-gpu-sched jobs list --project P --location L [--job-type T ...] [--json]
     airflow-gpu-sched jobs orphans --project P --location L [--cancel [--yes]] [--json]
     airflow-gpu-sched plan check DAG_FILE [--json]
@@ -56,7 +56,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     import json
 
-    from airflow_gpu_sched.vertex.timeline import rows_from_result, to_svg
+    from airflow_gpu_sched.vertex.timeline import night_from_results
+    from airflow_gpu_sched.vertex.timeline import svg as draw
 
     if args.emulator:
         import requests
@@ -65,7 +66,9 @@ def _timeline(args: argparse.Namespace) -> int:
     else:
         with open(args.xcom) as handle:
             result = json.load(handle)
-        svg = to_svg(rows_from_result(result), f"training timeline: {result.get('job_name', '')}")
+        # one task's return value, or {task_id: return value} for several tasks of a run
+        results = [(args.task, result)] if "attempts" in result else list(result.items())
+        svg = draw([night_from_results(args.title or args.xcom, results)], "training timeline")
     with open(args.out, "w") as handle:
         handle.write(svg)
     print(f"timeline written to {args.out}")
@@ -247,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     timeline = sub.add_parser("timeline", help="write a timeline SVG from an emulator or a task's XCom result")
     source = timeline.add_mutually_exclusive_group(required=True)
     source.add_argument("--emulator", help="the emulator's base URL: every job it holds")
-    source.add_argument("--xcom", help="a training task's return value (JSON file): one row per attempt")
+    source.add_argument("--xcom", help="a training task's return value (JSON file), or an object of task id -> "
+                                       "return value: one row per task and attempt")
+    timeline.add_argument("--task", default="train", help="with --xcom of one return value: the task's name")
+    timeline.add_argument("--title", help="with --xcom: the night's title (default: the file name)")
     timeline.add_argument("--out", default="timeline.svg")
     timeline.set_defaults(func=_timeline)
     _platform_commands(sub)

@@ -265,9 +265,10 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
               f"{steps[-1]} (logs in {out / 'vertex' / 'logs'})")
 
         from airflow_gpu_sched.emulator.dashboard import render
-        from airflow_gpu_sched.vertex.timeline import to_svg
+        from airflow_gpu_sched.emulator.timeline import nights
+        from airflow_gpu_sched.vertex.timeline import svg
 
-        (out / "timeline.svg").write_text(to_svg(emulator.backend.timeline_rows(), "airflow-gpu-sched demo"))
+        (out / "timeline.svg").write_text(svg(nights(emulator.backend), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))
         print(f"\nnightly_retraining succeeded (and the SPOT, persistent-resource and tuned examples) in "
               f"{time.monotonic() - started:.0f}s of real time")

@@ -1,0 +1,79 @@
+"""The UI plugin's parts that need no running Airflow (the deployed view: tests/e2e/test_ui_plugin.py):
+its registration, whose token it reads with, and the page it makes of runs and XCom results."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from airflow_gpu_sched.ui import PREFIX
+from airflow_gpu_sched.ui.page import nights_of, render, waiting_rows
+from airflow_gpu_sched.ui.source import TRAINING_OPERATORS, RunRecord, TaskRecord, credential
+from tests.test_timeline import CANCELLED, PLAN
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_package_registers_the_plugin_by_its_entry_point():
+    from airflow.plugins_manager import AirflowPlugin
+
+    entry = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["airflow.plugins"]
+    module, _, name = entry["airflow_gpu_sched"].partition(":")
+    plugin = getattr(__import__(module, fromlist=[name]), name)
+    assert issubclass(plugin, AirflowPlugin) and plugin.name == "airflow_gpu_sched"
+    assert [app["url_prefix"] for app in plugin.fastapi_apps] == [PREFIX]
+    assert {v["destination"] for v in plugin.external_views} == {"dag_run", "dag", "nav"}
+    # each view opens a route of the app, relative to the UI's base URL
+    assert all(v["href"].startswith(PREFIX.lstrip("/") + "/") for v in plugin.external_views)
+
+
+def test_loading_the_plugin_imports_neither_fastapi_nor_the_operators():
+    """Airflow loads plugins in every component; the web app is built at its first request."""
+    code = ("import sys, airflow.plugins_manager; before = set(sys.modules); import airflow_gpu_sched.ui.plugin; "
+            "print(sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}).stdout
+    added = set(ast.literal_eval(out))
+    assert "airflow_gpu_sched.ui.plugin" in added
+    assert added <= {"airflow_gpu_sched", "airflow_gpu_sched.ui", "airflow_gpu_sched.ui.plugin"}, added
+
+
+def test_it_reads_as_the_caller_bearer_first_then_the_ui_session_cookie():
+    assert credential({"authorization": "Bearer abc"}, {"_token": "cookie"}) == "abc"
+    assert credential({}, {"_token": "cookie"}) == "cookie"
+    assert credential({"authorization": "Basic dXNlcg=="}, {}) is None
+    assert credential({}, {}) is None
+
+
+def test_it_reads_every_public_training_operator():
+    import airflow_gpu_sched.operators as operators
+
+    public = {n for n in operators.__all__ if n.endswith("Operator")}
+    assert public <= set(TRAINING_OPERATORS)
+
+
+def _runs() -> list[RunRecord]:
+    return [RunRecord("nightly", "scheduled__2026-11-30", "2026-11-30T22:00:00Z", "running", [
+        TaskRecord("evaluate_on_gpu", -1, "success", CANCELLED),
+        TaskRecord("train", -1, "success", PLAN),
+        TaskRecord("train_more", 2, "deferred")])]
+
+
+def test_the_page_shows_tasks_without_a_result_yet_and_who_waited_longest_first():
+    night = nights_of(_runs())[0]
+    assert [t.name for t in night.tasks] == ["evaluate_on_gpu", "train", "train_more[2]"]
+    assert night.tasks[2].note == "deferred: no result yet" and night.tasks[2].attempts == ()
+    rows = waiting_rows([night])
+    assert [r[1] for r in rows] == ["train", "evaluate_on_gpu"]
+    assert rows[0][3] == "PERSISTENT_RESOURCE us-central1 > FLEX_START us-central1 > SPOT us-central1"
+    assert rows[0][6:] == (7, 2, "30.50 USD")  # preemptions, fallbacks, cost
+
+
+def test_the_page_escapes_what_users_named():
+    runs = [RunRecord("<script>x</script>", "r", None, "success", [TaskRecord("<b>t</b>", -1, "success", PLAN)])]
+    html = render(runs, "GPU training of <script>x</script>", [("home", "/gpu-sched/?a=<b>")])
+    assert "<script>" not in html and "<b>" not in html
+    assert "&lt;b&gt;t&lt;/b&gt;" in html
