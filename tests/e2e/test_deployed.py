@@ -6,6 +6,7 @@ against what Airflow says.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,24 +19,37 @@ import pytest
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
 from tests.e2e.harness import AirflowDeployment, PostgresCluster, _descendants, dags_folder, pg_available
+from tests.e2e.celery_deployment import CeleryDeployment, RedisServer, redis_available
 
 pytestmark = pytest.mark.e2e
 
 FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
 DAG_ID = "e2e_training"
+# every deployed scenario runs on both; a test id ends in [local] or [celery]
+EXECUTORS = [pytest.param("local", id="local"), pytest.param("celery", id="celery", marks=pytest.mark.celery)]
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+@pytest.fixture(scope="module", params=EXECUTORS)
+def deployment(request, tmp_path_factory):
+    """The deployment on each executor: LocalExecutor (tests/e2e/harness.py) or CeleryExecutor
+    with two workers, schedulers and triggerers (tests/e2e/celery_deployment.py)."""
+    executor = request.param
     if not pg_available():
         pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
-    root = tmp_path_factory.mktemp("e2e")
+    if executor == "celery" and not redis_available():
+        pytest.skip("redis-server missing (the Celery broker): apt-get install -y redis-server")
+    root = tmp_path_factory.mktemp(f"e2e-{executor}")
     dags = dags_folder(root)
-    with EmulatorServer() as emulator, PostgresCluster() as pg:
+    with EmulatorServer() as emulator, PostgresCluster() as pg, contextlib.ExitStack() as stack:
         conn = {"conn_type": "google_cloud_platform",
                 "extra": {"project": "e2e-project", "api_endpoint": emulator.url}}
         env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn)}
-        with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
+        if executor == "celery":
+            redis = stack.enter_context(RedisServer(root / "redis"))
+            deployed = CeleryDeployment(root / "home", pg.url, dags, env, broker_url=redis.url)
+        else:
+            deployed = AirflowDeployment(root / "home", pg.url, dags, env)
+        with deployed as airflow:
             airflow.emulator = EmulatorControl(emulator.url)
             airflow.emulator_server = emulator  # scenario 5 stops and restarts it
             airflow.expected_heartbeat_timeouts = set()  # run ids: scenario 3b kills a supervisor
