@@ -67,6 +67,32 @@ def airflow(deployment):
     assert not unexpected, unexpected
 
 
+def _component_running(airflow: AirflowDeployment, pid: int, prefix: str = "") -> str | None:
+    """The running component (of those named ``prefix...``) whose process tree holds ``pid``."""
+    for component, proc in airflow.procs.items():
+        if component.startswith(prefix) and proc.poll() is None and pid in (proc.pid, *_descendants(proc.pid)):
+            return component
+    return None
+
+
+def _triggerer_holding(airflow: AirflowDeployment, dag_id: str, run_id: str, task_id: str = "train") -> str:
+    """The triggerer that runs the deferred task's trigger: its job row's host name says which."""
+    if airflow.executor == "local":
+        return "triggerer"
+    deadline = time.monotonic() + 60
+    while True:
+        ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}[task_id]
+        job_id = (ti.get("trigger") or {}).get("triggerer_id")
+        if job_id is not None:
+            jobs = airflow.api("GET", "jobs", params={"job_type": "TriggererJob", "limit": 100})["jobs"]
+            host = {j["id"]: j["hostname"] for j in jobs}.get(job_id)
+            component = airflow.component_of_hostname(host)
+            if component:
+                return component
+        assert time.monotonic() < deadline, f"no triggerer has the trigger: {ti}"
+        time.sleep(0.5)
+
+
 def _jobs(emulator: EmulatorControl) -> list[dict]:
     response = emulator._session.get(f"{emulator.url}/v1/projects/e2e-project/locations/us-central1/customJobs",
                                      timeout=10)
@@ -103,11 +129,12 @@ def test_triggerer_killed_while_deferred(airflow):
     time.sleep(2)  # let the triggerer pick the trigger up and poll at least once
     jobs = _jobs(airflow.emulator)
     assert [job["state"] for job in jobs] == ["JOB_STATE_QUEUED"], jobs  # still waiting for GPUs
-    airflow.kill("triggerer")
+    triggerer = _triggerer_holding(airflow, DAG_ID, run_id)  # on Celery: the one of two that has it
+    airflow.kill(triggerer)
     time.sleep(3)
     ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
-    assert ti["state"] == "deferred", ti  # nobody watches the job now
-    airflow.start("triggerer")
+    assert ti["state"] == "deferred", ti  # nobody watches the job now (on Celery: until the other takes it)
+    airflow.start(triggerer)
     state = airflow.wait(DAG_ID, run_id, timeout=240)
     _check_one_succeeded_job(airflow, run_id, state)
     assert airflow.emulator.stats()["cancels"] == 0
@@ -176,7 +203,9 @@ def _jobs_all(emulator: EmulatorControl) -> list[dict]:
 def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
     """Scenario 7: two triggerers running, 4 runs: all succeed, one job per run, no cancel,
     both triggerers still alive."""
-    airflow.start("triggerer#2")
+    started = "triggerer#2" not in airflow.procs or airflow.procs["triggerer#2"].poll() is not None
+    if started:  # LocalExecutor: start a second one; the Celery deployment runs two already
+        airflow.start("triggerer#2")
     try:
         airflow.emulator.reset({**FAST, "queueSeconds": 500})  # 5 s of waiting: every task is deferred
         run_ids = [airflow.trigger(DAG_ID) for _ in range(4)]
@@ -187,7 +216,8 @@ def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
         assert {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"} and airflow.emulator.stats()["cancels"] == 0
         assert airflow.procs["triggerer#2"].poll() is None and airflow.procs["triggerer"].poll() is None
     finally:
-        airflow.terminate("triggerer#2")
+        if started:
+            airflow.terminate("triggerer#2")
 
 
 def test_a_deferred_task_cleared_cancels_its_job(airflow):
@@ -260,8 +290,9 @@ def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
     dag_id = "e2e_worker_crash"
     airflow.emulator.reset({**FAST, "queueSeconds": 1000})  # 10 s real: still queued when try 2 starts
     run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
-    # it is a process of the deployment's LocalExecutor (under the scheduler), not some stranger
-    assert pid in _descendants(airflow.procs["scheduler"].pid)
+    # it is a process of the deployment's executor (LocalExecutor: under the scheduler; Celery:
+    # under a worker), not some stranger
+    assert _component_running(airflow, pid, prefix="scheduler" if airflow.executor == "local" else "celery-worker")
     jobs = _jobs(airflow.emulator)
     assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
     assert {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]["state"] == "running"
@@ -290,10 +321,16 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
     task = psutil.Process(pid)
     supervisor = task.parent()
-    # the supervisor is a LocalExecutor worker forked by the scheduler (it runs the task runner
-    # in-process and forks the task into a process group of its own), not some stranger
-    assert supervisor.ppid() == airflow.procs["scheduler"].pid, (supervisor, supervisor.cmdline())
-    assert "LocalExecutor" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+    # the supervisor is a LocalExecutor worker forked by the scheduler (on Celery: a pool process
+    # of a Celery worker); it runs the task runner in-process and forks the task into a process
+    # group of its own; not some stranger
+    if airflow.executor == "local":
+        assert supervisor.ppid() == airflow.procs["scheduler"].pid, (supervisor, supervisor.cmdline())
+        assert "LocalExecutor" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+    else:
+        worker = _component_running(airflow, pid, prefix="celery-worker")
+        assert worker and supervisor.ppid() == airflow.procs[worker].pid, (supervisor, supervisor.cmdline())
+        assert "celery worker" in " ".join(supervisor.cmdline()), supervisor.cmdline()
     assert os.getpgid(task.pid) == task.pid != os.getpgid(supervisor.pid)
     jobs = _jobs(airflow.emulator)
     assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
@@ -373,3 +410,96 @@ def test_vertex_down_shorter_than_the_window_the_task_carries_on(airflow):
     assert [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"], jobs
     assert airflow.emulator.stats()["cancels"] == 0
     assert "connect error" in _task_logs(airflow, OUTAGE_DAG, run_id)  # the trigger did see the outage
+
+
+# -- CeleryExecutor only: two schedulers, two workers, and the scale run ----------------------------
+
+ON_CELERY = pytest.mark.parametrize("deployment", [EXECUTORS[1]], indirect=True, scope="module")
+
+
+def _tries(airflow: AirflowDeployment, dag_id: str, run_id: str, task_id: str = "train") -> list[dict]:
+    return airflow.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")["task_instances"]
+
+
+@ON_CELERY
+def test_a_scheduler_killed_while_tasks_defer_the_other_carries_on(airflow):
+    """Celery: one of the two schedulers is SIGKILLed while 4 runs' tasks are deferred (their jobs
+    queued): the other scheduler resumes them; all 4 succeed, one job per run, no cancel."""
+    airflow.emulator.reset({**FAST, "queueSeconds": 1500})  # 15 s real of waiting for GPUs
+    run_ids = [airflow.trigger(DAG_ID) for _ in range(4)]
+    for run_id in run_ids:
+        airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=180)
+    assert {j["state"] for j in _jobs(airflow.emulator)} == {"JOB_STATE_QUEUED"}
+    airflow.kill("scheduler")
+    try:
+        states = [airflow.wait(DAG_ID, run_id, timeout=300) for run_id in run_ids]
+        assert states == ["success"] * 4, airflow.logs()[-20000:]
+        jobs = _jobs(airflow.emulator)
+        assert len(jobs) == 4 and len({j["labels"]["gpu-sched-submission"] for j in jobs}) == 4, jobs
+        assert {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"} and airflow.emulator.stats()["cancels"] == 0
+        for run_id in run_ids:  # none needed a retry
+            assert {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]["try_number"] == 1
+        assert airflow.procs["scheduler#2"].poll() is None
+    finally:
+        airflow.start("scheduler")
+
+
+def _kill_the_worker_and_check_the_retry(airflow: AirflowDeployment, dag_id: str, run_id: str,
+                                         worker: str, job_name: str) -> None:
+    """SIGKILL ``worker`` (its whole tree: a host lost); the missing heartbeat fails try 1, the
+    retry runs on the other worker, re-attaches to ``job_name``; one job, no cancel."""
+    other = next(w for w in airflow.workers() if w != worker)
+    airflow.expected_heartbeat_timeouts.add(run_id)
+    airflow.kill(worker)
+    try:
+        state = airflow.wait(dag_id, run_id, timeout=300)
+        assert state == "success", airflow.logs()[-20000:]
+        tries = _tries(airflow, dag_id, run_id)
+        assert [(t["try_number"], t["hostname"]) for t in tries] == [
+            (1, airflow.hostname(worker)), (2, airflow.hostname(other))], tries
+        events = airflow.api("GET", "eventLogs", params={"dag_id": dag_id, "run_id": run_id,
+                                                         "event": "heartbeat timeout"})["event_logs"]
+        assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], events
+        _check_re_attached(airflow, dag_id, run_id, job_name)
+    finally:
+        airflow.start(worker)
+
+
+@ON_CELERY
+def test_a_celery_worker_killed_while_it_runs_a_sync_task_the_retry_re_attaches_on_the_other(airflow):
+    """Celery: the worker running a sync-mode task (``deferrable=False``: the worker polls) is
+    SIGKILLed with its pool and task processes while the job waits for GPUs. Nothing runs
+    ``on_kill`` (a host lost, not a task killed), so the job is not cancelled; the scheduler
+    fails try 1 on its missing heartbeat and the retry, on the other worker, re-attaches to the
+    job from the ledger: one job, SUCCEEDED, no cancel."""
+    dag_id = "e2e_sync"
+    airflow.emulator.reset({**FAST, "queueSeconds": 6000})  # 60 s real: still queued when try 2 starts
+    run_id = airflow.trigger(dag_id)
+    airflow.wait_task_state(dag_id, run_id, "train", {"running"}, timeout=180)
+    deadline = time.monotonic() + 120
+    while not _jobs(airflow.emulator):
+        assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.logs()[-20000:]}"
+        time.sleep(0.3)
+    (job,) = _jobs(airflow.emulator)
+    assert job["state"] == "JOB_STATE_QUEUED"
+    time.sleep(3)  # the ledger has the job's name (saved right after the create); the worker polls
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["state"] == "running" and ti["try_number"] == 1, ti  # polling in the worker, not deferred
+    worker = airflow.component_of_hostname(ti["hostname"])
+    assert worker in airflow.workers(), ti
+    _kill_the_worker_and_check_the_retry(airflow, dag_id, run_id, worker, job["name"])
+
+
+@ON_CELERY
+def test_a_celery_worker_killed_between_create_and_defer_the_retry_re_attaches_on_the_other(airflow):
+    """Celery: the worker running a deferrable task's submit is SIGKILLed (pool and task
+    processes too) after the job was created and before the task deferred; the retry runs on the
+    other worker and re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
+    dag_id = "e2e_worker_crash"
+    airflow.emulator.reset({**FAST, "queueSeconds": 6000})  # 60 s real: still queued when try 2 starts
+    run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
+    worker = _component_running(airflow, pid, prefix="celery-worker")
+    assert worker, pid
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["state"] == "running" and airflow.hostname(worker) == ti["hostname"], ti
+    _kill_the_worker_and_check_the_retry(airflow, dag_id, run_id, worker, job_name)
