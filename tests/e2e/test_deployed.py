@@ -473,7 +473,7 @@ def test_a_celery_worker_killed_while_it_runs_a_sync_task_the_retry_re_attaches_
     fails try 1 on its missing heartbeat and the retry, on the other worker, re-attaches to the
     job from the ledger: one job, SUCCEEDED, no cancel."""
     dag_id = "e2e_sync"
-    airflow.emulator.reset({**FAST, "queueSeconds": 6000})  # 60 s real: still queued when try 2 starts
+    airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real (the wait may last 3600): queued at try 2
     run_id = airflow.trigger(dag_id)
     airflow.wait_task_state(dag_id, run_id, "train", {"running"}, timeout=180)
     deadline = time.monotonic() + 120
@@ -496,10 +496,140 @@ def test_a_celery_worker_killed_between_create_and_defer_the_retry_re_attaches_o
     processes too) after the job was created and before the task deferred; the retry runs on the
     other worker and re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
     dag_id = "e2e_worker_crash"
-    airflow.emulator.reset({**FAST, "queueSeconds": 6000})  # 60 s real: still queued when try 2 starts
+    airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real (the wait may last 3600): queued at try 2
     run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
     worker = _component_running(airflow, pid, prefix="celery-worker")
     assert worker, pid
     ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
     assert ti["state"] == "running" and airflow.hostname(worker) == ti["hostname"], ti
     _kill_the_worker_and_check_the_retry(airflow, dag_id, run_id, worker, job_name)
+
+
+SCALE_DAG, SCALE_TASKS, SCALE_GPUS = "e2e_scale", 200, 16  # as in dags/e2e_scale.py; 1 GPU a job
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its descendants (living, and reaped: children_*)."""
+    total = 0.0
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class _PeerSampler:
+    """Which component holds which local TCP port to the emulator, sampled every 0.3 s (the
+    clients keep their connections alive between polls): maps a recorded exchange's ``client``
+    to the triggerer that sent it."""
+
+    def __init__(self, airflow: AirflowDeployment, port: int, prefix: str = "triggerer"):
+        import threading
+
+        self.port, self.owner = port, {}
+        self.pids = {c: p.pid for c, p in airflow.procs.items() if c.startswith(prefix)}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            for component, pid in self.pids.items():
+                try:
+                    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+                for proc in procs:
+                    try:
+                        for conn in proc.net_connections(kind="tcp"):
+                            if conn.raddr and conn.raddr.port == self.port:
+                                self.owner[conn.laddr.port] = component
+                    except psutil.Error:
+                        pass
+
+    def __enter__(self) -> _PeerSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _is_poll_cycle(exchange: dict) -> bool:
+    """The first page of a shared poller's list of active jobs: one per poller and interval."""
+    query = dict(exchange["query"])
+    return (exchange["rpc"] == "customJobs.list" and "pageToken" not in query
+            and "NOT" in query.get("filter", ""))
+
+
+@ON_CELERY
+@pytest.mark.reliability
+@pytest.mark.timeout(3600)
+def test_two_hundred_mapped_tasks_on_two_workers_and_two_triggerers(airflow, record_property):
+    """Celery scale: 200 mapped FLEX_START tasks across the two workers and two triggerers, 16
+    GPUs for all of them (they queue): all succeed, 200 jobs, one submission key each, both
+    workers ran tasks; each triggerer polled through one shared poller for the region (its
+    active-job lists come once per poll interval, not once per task). Records API calls per
+    minute and the triggerers' and schedulers' CPU (junit properties, shown in the report)."""
+    airflow.emulator.reset({**FAST, "queueSeconds": 1})
+    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=SCALE_GPUS)
+    airflow.wait_dag(SCALE_DAG, timeout=300)
+    measured = {c: p.pid for c, p in airflow.procs.items() if c.startswith(("scheduler", "triggerer"))}
+    cpu_before = {c: _cpu_seconds(pid) for c, pid in measured.items()}
+    recorder = airflow.emulator_server.traffic
+    recorder.start(bodies=False)  # 200 jobs a list page: bodies would be hundreds of MB
+    with _PeerSampler(airflow, airflow.emulator_server.port) as peers:
+        started = time.monotonic()
+        run_id = airflow.trigger(SCALE_DAG)
+        state = airflow.wait(SCALE_DAG, run_id, timeout=3300)
+        elapsed = time.monotonic() - started
+    recorder.stop()
+    cpu = {c: _cpu_seconds(pid) - cpu_before[c] for c, pid in measured.items()}
+    assert state == "success", airflow.logs()[-20000:]
+    tis = airflow.api("GET", f"dags/{SCALE_DAG}/dagRuns/{run_id}/taskInstances",
+                      params={"limit": 1000})["task_instances"]
+    assert len(tis) == SCALE_TASKS and {t["state"] for t in tis} == {"success"}
+    assert {t["hostname"] for t in tis} == {airflow.hostname(w) for w in ("celery-worker", "celery-worker#2")}
+    jobs = _jobs_all(airflow.emulator)
+    assert len(jobs) == SCALE_TASKS and {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"}
+    assert len({j["labels"]["gpu-sched-submission"] for j in jobs}) == SCALE_TASKS  # one key per task
+    stats = airflow.emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": SCALE_TASKS} and stats["cancels"] == 0, stats
+    exchanges = recorder.exchanges
+    owner = {e["client"]: peers.owner.get(int(e["client"].rsplit(":", 1)[1])) for e in exchanges if e["client"]}
+    cycles: dict[str, list[float]] = {}
+    for e in exchanges:
+        if _is_poll_cycle(e):
+            cycles.setdefault(owner.get(e["client"]) or "unattributed", []).append(e["at"])
+    # every poll cycle came from a triggerer, and both triggerers watched jobs
+    assert set(cycles) == {"triggerer", "triggerer#2"}, {k: len(v) for k, v in cycles.items()}
+    per_interval = {}
+    for component, times in cycles.items():
+        # one poller lists once per interval (1 s): cycles / seconds it was polling; a poller per
+        # task would be ~100 here
+        span = max(times) - min(times)
+        per_interval[component] = len(times) / max(span, 1.0)
+        assert per_interval[component] < 2.0, (component, len(times), span)
+    minutes = elapsed / 60
+    by_rpc: dict[str, int] = {}
+    for e in exchanges:
+        by_rpc[e["rpc"]] = by_rpc.get(e["rpc"], 0) + 1
+    figures = {
+        "tasks": SCALE_TASKS, "gpus": SCALE_GPUS, "wall_seconds": round(elapsed, 1),
+        "api_calls": len(exchanges), "api_calls_per_minute": round(len(exchanges) / minutes, 1),
+        "api_calls_per_minute_by_rpc": {k: round(v / minutes, 1) for k, v in sorted(by_rpc.items())},
+        "poll_cycles_per_second_by_triggerer": {k: round(v, 2) for k, v in sorted(per_interval.items())},
+        "cpu_seconds": {k: round(v, 1) for k, v in sorted(cpu.items())},
+        "cpu_percent_of_one_core": {k: round(100 * v / elapsed, 1) for k, v in sorted(cpu.items())},
+        "tasks_by_worker": {h: sum(t["hostname"] == h for t in tis) for h in sorted({t["hostname"] for t in tis})},
+    }
+    print("scale figures:", json.dumps(figures, indent=1))
+    for key, value in figures.items():
+        record_property(key, json.dumps(value))
