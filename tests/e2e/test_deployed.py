@@ -315,7 +315,8 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     """Scenario 3b: the task's supervisor (the LocalExecutor worker) and its task process are
     SIGKILLed together after the job was created and before the task deferred; nothing reports
     the death, the scheduler fails try 1 on its missing heartbeat (15 s timeout) and the retry
-    re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
+    re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2. On Celery the
+    supervisor is a pool process of a worker, whose main process may report the loss first."""
     dag_id = "e2e_worker_crash"
     airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real: still queued when try 2 starts
     run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
@@ -330,7 +331,8 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     else:
         worker = _component_running(airflow, pid, prefix="celery-worker")
         assert worker and supervisor.ppid() == airflow.procs[worker].pid, (supervisor, supervisor.cmdline())
-        assert "celery worker" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+        # a Celery pool process, renamed by the task runner: "airflow supervisor: <ti id>"
+        assert " ".join(supervisor.cmdline()).startswith("airflow supervisor:"), supervisor.cmdline()
     assert os.getpgid(task.pid) == task.pid != os.getpgid(supervisor.pid)
     jobs = _jobs(airflow.emulator)
     assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
@@ -344,7 +346,10 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     assert not _alive(supervisor) and not _alive(task)
     time.sleep(5)
     ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
-    assert ti["state"] == "running" and ti["try_number"] == 1, ti  # nobody told Airflow
+    if airflow.executor == "local":
+        assert ti["state"] == "running" and ti["try_number"] == 1, ti  # nobody told Airflow
+    # on Celery the worker's main process may see its pool process die (WorkerLostError) and
+    # report the try failed before the heartbeat timeout does: either way try 1 ends, try 2 re-attaches
     while ti["try_number"] == 1 and ti["state"] == "running":
         assert time.monotonic() - killed_at < 40, f"no heartbeat timeout: {ti}\n{airflow.logs()[-20000:]}"
         time.sleep(0.5)
@@ -357,7 +362,8 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     events = airflow.api("GET", "eventLogs", params={"dag_id": dag_id, "run_id": run_id,
                                                      "event": "heartbeat timeout"})["event_logs"]
     # try 1 only: try 2 sat deferred longer than the 15 s timeout and was left alone
-    assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], (events, detected_after)
+    found = [(e["task_id"], e["try_number"]) for e in events]
+    assert found == [("train", 1)] or (airflow.executor == "celery" and found == []), (events, detected_after)
     assert detected_after < 30, detected_after  # 15 s timeout + 2 s detection interval + slack
     _check_re_attached(airflow, dag_id, run_id, job_name)
 
@@ -505,7 +511,25 @@ def test_a_celery_worker_killed_between_create_and_defer_the_retry_re_attaches_o
     _kill_the_worker_and_check_the_retry(airflow, dag_id, run_id, worker, job_name)
 
 
-SCALE_DAG, SCALE_TASKS, SCALE_GPUS = "e2e_scale", 200, 16  # as in dags/e2e_scale.py; 1 GPU a job
+SCALE_DAG, SCALE_TASKS, SCALE_GPUS = "e2e_scale", 200, 4  # as in dags/e2e_scale.py; 1 GPU a job
+
+
+def _all_task_instances(airflow: AirflowDeployment, dag_id: str, run_id: str) -> list[dict]:
+    """Every task instance of the run (the REST API serves at most 100 a page)."""
+    found: list[dict] = []
+    while True:
+        page = airflow.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                           params={"limit": 100, "offset": len(found)})["task_instances"]
+        found += page
+        if len(page) < 100:
+            return found
+
+
+def _waited_for_gpus(job: dict) -> bool:
+    """The job sat QUEUED for want of GPUs: it started (emulated clock) long after its create,
+    not the scenario's 1 s queue + 10 s provisioning."""
+    start, create = job.get("startTime"), job["createTime"]
+    return start is not None and (_utc(start) - _utc(create)).total_seconds() > 100
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -573,7 +597,7 @@ def _is_poll_cycle(exchange: dict) -> bool:
 @pytest.mark.reliability
 @pytest.mark.timeout(3600)
 def test_two_hundred_mapped_tasks_on_two_workers_and_two_triggerers(airflow, record_property):
-    """Celery scale: 200 mapped FLEX_START tasks across the two workers and two triggerers, 16
+    """Celery scale: 200 mapped FLEX_START tasks across the two workers and two triggerers, 4
     GPUs for all of them (they queue): all succeed, 200 jobs, one submission key each, both
     workers ran tasks; each triggerer polled through one shared poller for the region (its
     active-job lists come once per poll interval, not once per task). Records API calls per
@@ -593,13 +617,14 @@ def test_two_hundred_mapped_tasks_on_two_workers_and_two_triggerers(airflow, rec
     recorder.stop()
     cpu = {c: _cpu_seconds(pid) - cpu_before[c] for c, pid in measured.items()}
     assert state == "success", airflow.logs()[-20000:]
-    tis = airflow.api("GET", f"dags/{SCALE_DAG}/dagRuns/{run_id}/taskInstances",
-                      params={"limit": 1000})["task_instances"]
+    tis = _all_task_instances(airflow, SCALE_DAG, run_id)
     assert len(tis) == SCALE_TASKS and {t["state"] for t in tis} == {"success"}
     assert {t["hostname"] for t in tis} == {airflow.hostname(w) for w in ("celery-worker", "celery-worker#2")}
     jobs = _jobs_all(airflow.emulator)
     assert len(jobs) == SCALE_TASKS and {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"}
     assert len({j["labels"]["gpu-sched-submission"] for j in jobs}) == SCALE_TASKS  # one key per task
+    waited = sum(_waited_for_gpus(j) for j in jobs)
+    assert waited >= SCALE_TASKS // 4, waited  # the scenario's point: GPUs were scarce, jobs queued
     stats = airflow.emulator.stats()
     assert stats["jobsCreated"] == {"FLEX_START": SCALE_TASKS} and stats["cancels"] == 0, stats
     exchanges = recorder.exchanges
@@ -623,6 +648,7 @@ def test_two_hundred_mapped_tasks_on_two_workers_and_two_triggerers(airflow, rec
         by_rpc[e["rpc"]] = by_rpc.get(e["rpc"], 0) + 1
     figures = {
         "tasks": SCALE_TASKS, "gpus": SCALE_GPUS, "wall_seconds": round(elapsed, 1),
+        "jobs_that_queued_for_gpus": waited,
         "api_calls": len(exchanges), "api_calls_per_minute": round(len(exchanges) / minutes, 1),
         "api_calls_per_minute_by_rpc": {k: round(v / minutes, 1) for k, v in sorted(by_rpc.items())},
         "poll_cycles_per_second_by_triggerer": {k: round(v, 2) for k, v in sorted(per_interval.items())},
