@@ -14,6 +14,8 @@ Notes (measured on 3.3.2, PostgreSQL 15):
     get an env with every ``AIRFLOW*`` variable removed and the deployment's own set instead.
   * Each component runs in its own session (process group): ``kill``/``stop`` signal the whole
     group plus any descendants that left it (LocalExecutor workers, the triggerer's runner).
+  * The CeleryExecutor deployment (Redis, two workers, schedulers and triggerers) is
+    ``tests/e2e/celery_deployment.py``: a subclass, through ``components`` and ``_component``.
 """
 
 from __future__ import annotations
