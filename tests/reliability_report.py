@@ -105,7 +105,8 @@ def run() -> int:
         targets = [t for _, section, _ in SECTIONS for t in section]
         started = dt.datetime.now(dt.timezone.utc)
         status = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEx",
-                                  f"--junitxml={xml_path}", *targets], cwd=ROOT)
+                                  # xunit1: the junit file keeps each test's record_property figures
+                                  "-o", "junit_family=xunit1", f"--junitxml={xml_path}", *targets], cwd=ROOT)
         cases = list(ET.parse(xml_path).getroot().iter("testcase")) if xml_path.exists() else []
     OUT.write_text(render(cases, started, status))
     print(f"wrote {OUT.relative_to(ROOT)} ({len(cases)} tests, pytest exit status {status})")
