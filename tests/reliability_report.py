@@ -73,7 +73,11 @@ def _result(case: ET.Element) -> tuple[str, str]:
     for tag in ("failure", "error"):
         child = case.find(tag)
         if child is not None:
-            return ("**FAIL**" if tag == "failure" else "**ERROR**"), (child.get("message") or "")[:200]
+            # an assertion whose message is a log dump: show the compared values instead
+            asserts = [line[1:].strip() for line in (child.text or "").splitlines()
+                       if line.startswith("E ") and line[1:].strip().startswith("assert ")]
+            why = asserts[-1] if asserts else (child.get("message") or "")
+            return ("**FAIL**" if tag == "failure" else "**ERROR**"), why[:200]
     skipped = case.find("skipped")
     if skipped is not None:
         message = skipped.get("message") or ""
