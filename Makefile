@@ -19,9 +19,10 @@ demo: $(STAMP)
 	$(BIN)/airflow-gpu-sched demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not reliability" $(PYTEST_ARGS)
 
-# docs/reliability.md: runs the deployed scenarios, security checks and bad-input catalogue
+# docs/reliability.md: runs the deployed scenarios (both executors, the `reliability`-marked ones
+# that make test leaves out included), security checks and bad-input catalogue
 reliability: $(STAMP)
 	$(BIN)/python tests/reliability_report.py
 

@@ -26,8 +26,12 @@ OUT = ROOT / "docs" / "reliability.md"
 # (title, pytest targets, intro)
 SECTIONS = [
     ("Scenarios: Airflow as deployed", ["tests/e2e/test_deployed.py"],
-     "Scheduler, dag-processor, triggerer and api-server as separate processes (LocalExecutor) on "
-     "PostgreSQL, against the emulator; assertions on the emulator's own records."),
+     "Each scenario on both executors, side by side. LocalExecutor: scheduler, dag-processor, "
+     "triggerer and api-server as separate processes on PostgreSQL (tests/e2e/harness.py). "
+     "CeleryExecutor: Redis broker, PostgreSQL metadata DB and result backend, two Celery workers "
+     "(own process groups, working directories and host names), two schedulers, two triggerers, "
+     "api-server, dag-processor (tests/e2e/celery_deployment.py). Against the emulator; assertions "
+     "on the emulator's own records. — : the scenario is not run on that executor."),
     ("Security", ["tests/e2e/test_security.py",
                   "tests/test_cli.py::test_emulator_refuses_a_non_loopback_host_unless_asked",
                   "tests/test_cli.py::test_emulator_binds_a_non_loopback_host_when_told_explicitly",
@@ -69,7 +73,11 @@ def _result(case: ET.Element) -> tuple[str, str]:
     for tag in ("failure", "error"):
         child = case.find(tag)
         if child is not None:
-            return ("**FAIL**" if tag == "failure" else "**ERROR**"), (child.get("message") or "")[:200]
+            # an assertion whose message is a log dump: show the compared values instead
+            asserts = [line[1:].strip() for line in (child.text or "").splitlines()
+                       if line.startswith("E ") and line[1:].strip().startswith("assert ")]
+            why = asserts[-1] if asserts else (child.get("message") or "")
+            return ("**FAIL**" if tag == "failure" else "**ERROR**"), why[:200]
     skipped = case.find("skipped")
     if skipped is not None:
         message = skipped.get("message") or ""
@@ -101,7 +109,8 @@ def run() -> int:
         targets = [t for _, section, _ in SECTIONS for t in section]
         started = dt.datetime.now(dt.timezone.utc)
         status = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEx",
-                                  f"--junitxml={xml_path}", *targets], cwd=ROOT)
+                                  # xunit1: the junit file keeps each test's record_property figures
+                                  "-o", "junit_family=xunit1", f"--junitxml={xml_path}", *targets], cwd=ROOT)
         cases = list(ET.parse(xml_path).getroot().iter("testcase")) if xml_path.exists() else []
     OUT.write_text(render(cases, started, status))
     print(f"wrote {OUT.relative_to(ROOT)} ({len(cases)} tests, pytest exit status {status})")
@@ -130,6 +139,9 @@ def render(cases: list[ET.Element], started: dt.datetime, status: int) -> str:
             docs.update(_docstrings(ROOT / file))
             catalogue.update(_catalogue(ROOT / file))
         picked = [c for c in cases if any(_selects(t, c) for t in targets)]
+        if any(_executor_of(c) for c in picked):
+            lines += ["", f"## {title}", "", intro, ""] + _side_by_side(picked, docs) + _figures(picked)
+            continue
         lines += ["", f"## {title}", "", intro, "", "| test | what it asserts | result | time |",
                   "|---|---|---|---|"]
         for case in picked:
@@ -141,6 +153,48 @@ def render(cases: list[ET.Element], started: dt.datetime, status: int) -> str:
         if not picked:
             lines.append("| (not run) | | | |")
     return "\n".join(lines) + "\n"
+
+
+EXECUTORS = ("local", "celery")
+
+
+def _executor_of(case: ET.Element) -> str | None:
+    """``test_x[celery]`` -> ``celery`` (the deployment fixture's parameter), else None."""
+    param = case.get("name", "").partition("[")[2].rstrip("]")
+    return param if param in EXECUTORS else None
+
+
+def _side_by_side(cases: list[ET.Element], docs: dict[str, str]) -> list[str]:
+    """One row per scenario: what it asserts, then result and time on each executor."""
+    rows: dict[str, dict[str, ET.Element]] = {}
+    for case in cases:
+        rows.setdefault(case.get("name", "").split("[")[0], {})[_executor_of(case) or "local"] = case
+    lines = ["| check | what it asserts | LocalExecutor | time | CeleryExecutor | time |",
+             "|---|---|---|---|---|---|"]
+    for function, by_executor in rows.items():
+        cells = []
+        for executor in EXECUTORS:
+            case = by_executor.get(executor)
+            if case is None:
+                cells += ["—", ""]
+                continue
+            result, why = _result(case)
+            shown = f"{result}: {why}" if why and result != "pass" else result
+            cells += [shown.replace("|", "/"), f"{float(case.get('time', 0)):.1f} s"]
+        description = (docs.get(function) or function.removeprefix("test_").replace("_", " ")).replace("|", "\\|")
+        lines.append(f"| `{function}` | {description} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _figures(cases: list[ET.Element]) -> list[str]:
+    """The figures a test recorded (pytest's record_property), e.g. the Celery scale run's."""
+    lines = []
+    for case in cases:
+        props = [(p.get("name"), p.get("value")) for p in case.iter("property")]
+        if props:
+            lines += ["", f"Figures of `{case.get('name')}`:", "", "| figure | value |", "|---|---|"]
+            lines += [f"| {name} | `{value}` |" for name, value in props]
+    return lines
 
 
 if __name__ == "__main__":

@@ -50,6 +50,11 @@ class EmulatorServer:
         self._server = self._uvicorn()
         self._thread: threading.Thread | None = None
 
+    @property
+    def traffic(self):
+        """The in-process recorder (emulator/traffic.py): ``start(bodies=False)`` for long runs."""
+        return self._app.state.traffic
+
     def _uvicorn(self) -> uvicorn.Server:
         config = uvicorn.Config(self._app, log_level="warning", access_log=False,
                                 lifespan="off", timeout_keep_alive=30, **self._ssl)

@@ -6,6 +6,9 @@ and starts it, ``POST /emulator/v1/traffic:stop`` stops it, ``GET /emulator/v1/t
 ``{rpc, method, path, query, requestBody, status, responseBody}`` with the bodies as the exact text
 sent and answered (``None`` when empty), so that a checker parses what was on the wire, not a
 re-encoding of it. Only ``/v1/...`` routes are recorded; control routes are not Vertex.
+Each exchange also says when it was answered (``at``, Unix seconds) and from which TCP peer
+(``client``, ``"host:port"``: a test maps ports to the processes that held them, e.g. which
+triggerer polled); ``start(bodies=False)`` leaves the bodies out (``None``), for long scale runs.
 
 May import: nothing of this package; never airflow.
 """
@@ -13,6 +16,7 @@ May import: nothing of this package; never airflow.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Awaitable, Callable
 
 from fastapi import Request
@@ -25,10 +29,11 @@ RouteMatcher = Callable[[str, str], "tuple[str, dict[str, str]] | None"]
 class TrafficRecorder:
     def __init__(self) -> None:
         self.recording = False
+        self.bodies = True
         self.exchanges: list[dict[str, Any]] = []
 
-    def start(self) -> dict:
-        self.recording, self.exchanges = True, []
+    def start(self, bodies: bool = True) -> dict:
+        self.recording, self.exchanges, self.bodies = True, [], bodies
         return self.view()
 
     def stop(self) -> dict:
@@ -49,13 +54,16 @@ class TrafficRecorder:
             response = await handler(request, path)
             if self.recording:
                 found = match_route(request.method, path)
-                raw = await request.body()  # Starlette caches the body: the handler's read is reused
+                raw = await request.body() if self.bodies else b""  # Starlette caches it: the handler's read is reused
+                peer = request.client
                 self.exchanges.append({
                     "rpc": found[0] if found else None, "method": request.method, "path": path,
                     "query": list(request.query_params.multi_items()),
                     "requestBody": raw.decode("utf-8", "replace") if raw else None,
                     "status": response.status_code,
-                    "responseBody": bytes(response.body).decode("utf-8", "replace") if response.body else None,
+                    "responseBody": bytes(response.body).decode("utf-8", "replace")
+                    if response.body and self.bodies else None,
+                    "at": time.time(), "client": f"{peer.host}:{peer.port}" if peer else None,
                 })
             return response
 

@@ -14,6 +14,8 @@ Notes (measured on 3.3.2, PostgreSQL 15):
     get an env with every ``AIRFLOW*`` variable removed and the deployment's own set instead.
   * Each component runs in its own session (process group): ``kill``/``stop`` signal the whole
     group plus any descendants that left it (LocalExecutor workers, the triggerer's runner).
+  * The CeleryExecutor deployment (Redis, two workers, schedulers and triggerers) is
+    ``tests/e2e/celery_deployment.py``: a subclass, through ``components`` and ``_component``.
 """
 
 from __future__ import annotations
@@ -169,6 +171,10 @@ def _alive(pids: list[int]) -> bool:
 class AirflowDeployment:
     """The four Airflow components as separate processes on ``db_url``, LocalExecutor."""
 
+    executor = "local"
+    commands = COMPONENTS  # what start() may run
+    components = COMPONENTS  # what the deployment starts (extra instances are "name#2")
+
     def __init__(self, home: str | os.PathLike, db_url: str, dags_folder: str | os.PathLike,
                  env: dict[str, str] | None = None, api_port: int | None = None):
         self.home = Path(home).resolve()
@@ -245,15 +251,16 @@ class AirflowDeployment:
     def start(self, component: str) -> None:
         """Start a component; ``"triggerer#2"`` starts a second triggerer (its own log port)."""
         command, _, instance = component.partition("#")
-        assert command in COMPONENTS, component
+        assert command in self.commands, component
         if component in self.procs and self.procs[component].poll() is None:
             raise RuntimeError(f"{component} is already running")
         args = {"api-server": ("api-server", "-H", "127.0.0.1", "-p", str(self.api_port))}.get(command, (command,))
         env = self.env if not instance else {**self.env, "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())}
+        args, env, cwd = self._component(component, args, env)
         log = open(self.log_dir / f"{component}.log", "ab")
         log.write(f"\n===== starting {component} at {time.strftime('%H:%M:%S')} =====\n".encode())
         log.flush()
-        self.procs[component] = subprocess.Popen(self._airflow(*args), env=env, cwd=self.home,
+        self.procs[component] = subprocess.Popen(self._airflow(*args), env=env, cwd=cwd,
                                                  stdout=log, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -286,6 +293,10 @@ class AirflowDeployment:
         """SIGTERM (then SIGKILL after ``grace`` s): a graceful shutdown."""
         self._stop(component, signal.SIGTERM, grace)
 
+    def _component(self, component: str, args: tuple, env: dict[str, str]) -> tuple[tuple, dict[str, str], Path]:
+        """(CLI args, env, working directory) of ``component``: a subclass's hook."""
+        return args, env, self.home
+
     def restart(self, component: str) -> None:
         if self.procs.get(component) is not None and self.procs[component].poll() is None:
             self.terminate(component)
@@ -316,7 +327,7 @@ class AirflowDeployment:
         self.dags_folder.mkdir(parents=True, exist_ok=True)
         self.migrate()
         try:
-            for component in COMPONENTS:
+            for component in self.components:
                 self.start(component)
             self.wait_api()
         except BaseException:

@@ -6,6 +6,8 @@ against what Airflow says.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import signal
@@ -18,24 +20,37 @@ import pytest
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
 from tests.e2e.harness import AirflowDeployment, PostgresCluster, _descendants, dags_folder, pg_available
+from tests.e2e.celery_deployment import CeleryDeployment, RedisServer, redis_available
 
 pytestmark = pytest.mark.e2e
 
 FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
 DAG_ID = "e2e_training"
+# every deployed scenario runs on both; a test id ends in [local] or [celery]
+EXECUTORS = [pytest.param("local", id="local"), pytest.param("celery", id="celery", marks=pytest.mark.celery)]
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+@pytest.fixture(scope="module", params=EXECUTORS)
+def deployment(request, tmp_path_factory):
+    """The deployment on each executor: LocalExecutor (tests/e2e/harness.py) or CeleryExecutor
+    with two workers, schedulers and triggerers (tests/e2e/celery_deployment.py)."""
+    executor = request.param
     if not pg_available():
         pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
-    root = tmp_path_factory.mktemp("e2e")
+    if executor == "celery" and not redis_available():
+        pytest.skip("redis-server missing (the Celery broker): apt-get install -y redis-server")
+    root = tmp_path_factory.mktemp(f"e2e-{executor}")
     dags = dags_folder(root)
-    with EmulatorServer() as emulator, PostgresCluster() as pg:
+    with EmulatorServer() as emulator, PostgresCluster() as pg, contextlib.ExitStack() as stack:
         conn = {"conn_type": "google_cloud_platform",
                 "extra": {"project": "e2e-project", "api_endpoint": emulator.url}}
         env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn)}
-        with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
+        if executor == "celery":
+            redis = stack.enter_context(RedisServer(root / "redis"))
+            deployed = CeleryDeployment(root / "home", pg.url, dags, env, broker_url=redis.url)
+        else:
+            deployed = AirflowDeployment(root / "home", pg.url, dags, env)
+        with deployed as airflow:
             airflow.emulator = EmulatorControl(emulator.url)
             airflow.emulator_server = emulator  # scenario 5 stops and restarts it
             airflow.expected_heartbeat_timeouts = set()  # run ids: scenario 3b kills a supervisor
@@ -51,6 +66,32 @@ def airflow(deployment):
     events = deployment.api("GET", "eventLogs", params={"event": "heartbeat timeout", "limit": 100})
     unexpected = [e for e in events["event_logs"] if e["run_id"] not in deployment.expected_heartbeat_timeouts]
     assert not unexpected, unexpected
+
+
+def _component_running(airflow: AirflowDeployment, pid: int, prefix: str = "") -> str | None:
+    """The running component (of those named ``prefix...``) whose process tree holds ``pid``."""
+    for component, proc in airflow.procs.items():
+        if component.startswith(prefix) and proc.poll() is None and pid in (proc.pid, *_descendants(proc.pid)):
+            return component
+    return None
+
+
+def _triggerer_holding(airflow: AirflowDeployment, dag_id: str, run_id: str, task_id: str = "train") -> str:
+    """The triggerer that runs the deferred task's trigger: its job row's host name says which."""
+    if airflow.executor == "local":
+        return "triggerer"
+    deadline = time.monotonic() + 60
+    while True:
+        ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}[task_id]
+        job_id = (ti.get("trigger") or {}).get("triggerer_id")
+        if job_id is not None:
+            jobs = airflow.api("GET", "jobs", params={"job_type": "TriggererJob", "limit": 100})["jobs"]
+            host = {j["id"]: j["hostname"] for j in jobs}.get(job_id)
+            component = airflow.component_of_hostname(host)
+            if component:
+                return component
+        assert time.monotonic() < deadline, f"no triggerer has the trigger: {ti}"
+        time.sleep(0.5)
 
 
 def _jobs(emulator: EmulatorControl) -> list[dict]:
@@ -89,11 +130,12 @@ def test_triggerer_killed_while_deferred(airflow):
     time.sleep(2)  # let the triggerer pick the trigger up and poll at least once
     jobs = _jobs(airflow.emulator)
     assert [job["state"] for job in jobs] == ["JOB_STATE_QUEUED"], jobs  # still waiting for GPUs
-    airflow.kill("triggerer")
+    triggerer = _triggerer_holding(airflow, DAG_ID, run_id)  # on Celery: the one of two that has it
+    airflow.kill(triggerer)
     time.sleep(3)
     ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
-    assert ti["state"] == "deferred", ti  # nobody watches the job now
-    airflow.start("triggerer")
+    assert ti["state"] == "deferred", ti  # nobody watches the job now (on Celery: until the other takes it)
+    airflow.start(triggerer)
     state = airflow.wait(DAG_ID, run_id, timeout=240)
     _check_one_succeeded_job(airflow, run_id, state)
     assert airflow.emulator.stats()["cancels"] == 0
@@ -162,7 +204,9 @@ def _jobs_all(emulator: EmulatorControl) -> list[dict]:
 def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
     """Scenario 7: two triggerers running, 4 runs: all succeed, one job per run, no cancel,
     both triggerers still alive."""
-    airflow.start("triggerer#2")
+    started = "triggerer#2" not in airflow.procs or airflow.procs["triggerer#2"].poll() is not None
+    if started:  # LocalExecutor: start a second one; the Celery deployment runs two already
+        airflow.start("triggerer#2")
     try:
         airflow.emulator.reset({**FAST, "queueSeconds": 500})  # 5 s of waiting: every task is deferred
         run_ids = [airflow.trigger(DAG_ID) for _ in range(4)]
@@ -173,7 +217,8 @@ def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
         assert {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"} and airflow.emulator.stats()["cancels"] == 0
         assert airflow.procs["triggerer#2"].poll() is None and airflow.procs["triggerer"].poll() is None
     finally:
-        airflow.terminate("triggerer#2")
+        if started:
+            airflow.terminate("triggerer#2")
 
 
 def test_a_deferred_task_cleared_cancels_its_job(airflow):
@@ -246,8 +291,9 @@ def test_worker_killed_between_create_and_defer_the_retry_re_attaches(airflow):
     dag_id = "e2e_worker_crash"
     airflow.emulator.reset({**FAST, "queueSeconds": 1000})  # 10 s real: still queued when try 2 starts
     run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
-    # it is a process of the deployment's LocalExecutor (under the scheduler), not some stranger
-    assert pid in _descendants(airflow.procs["scheduler"].pid)
+    # it is a process of the deployment's executor (LocalExecutor: under the scheduler; Celery:
+    # under a worker), not some stranger
+    assert _component_running(airflow, pid, prefix="scheduler" if airflow.executor == "local" else "celery-worker")
     jobs = _jobs(airflow.emulator)
     assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
     assert {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]["state"] == "running"
@@ -270,16 +316,24 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     """Scenario 3b: the task's supervisor (the LocalExecutor worker) and its task process are
     SIGKILLed together after the job was created and before the task deferred; nothing reports
     the death, the scheduler fails try 1 on its missing heartbeat (15 s timeout) and the retry
-    re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
+    re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2. On Celery the
+    supervisor is a pool process of a worker, whose main process may report the loss first."""
     dag_id = "e2e_worker_crash"
     airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real: still queued when try 2 starts
     run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
     task = psutil.Process(pid)
     supervisor = task.parent()
-    # the supervisor is a LocalExecutor worker forked by the scheduler (it runs the task runner
-    # in-process and forks the task into a process group of its own), not some stranger
-    assert supervisor.ppid() == airflow.procs["scheduler"].pid, (supervisor, supervisor.cmdline())
-    assert "LocalExecutor" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+    # the supervisor is a LocalExecutor worker forked by the scheduler (on Celery: a pool process
+    # of a Celery worker); it runs the task runner in-process and forks the task into a process
+    # group of its own; not some stranger
+    if airflow.executor == "local":
+        assert supervisor.ppid() == airflow.procs["scheduler"].pid, (supervisor, supervisor.cmdline())
+        assert "LocalExecutor" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+    else:
+        worker = _component_running(airflow, pid, prefix="celery-worker")
+        assert worker and supervisor.ppid() == airflow.procs[worker].pid, (supervisor, supervisor.cmdline())
+        # a Celery pool process, renamed by the task runner: "airflow supervisor: <ti id>"
+        assert " ".join(supervisor.cmdline()).startswith("airflow supervisor:"), supervisor.cmdline()
     assert os.getpgid(task.pid) == task.pid != os.getpgid(supervisor.pid)
     jobs = _jobs(airflow.emulator)
     assert [j["name"] for j in jobs] == [job_name], jobs  # created; the task has not deferred
@@ -293,7 +347,10 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     assert not _alive(supervisor) and not _alive(task)
     time.sleep(5)
     ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
-    assert ti["state"] == "running" and ti["try_number"] == 1, ti  # nobody told Airflow
+    if airflow.executor == "local":
+        assert ti["state"] == "running" and ti["try_number"] == 1, ti  # nobody told Airflow
+    # on Celery the worker's main process may see its pool process die (WorkerLostError) and
+    # report the try failed before the heartbeat timeout does: either way try 1 ends, try 2 re-attaches
     while ti["try_number"] == 1 and ti["state"] == "running":
         assert time.monotonic() - killed_at < 40, f"no heartbeat timeout: {ti}\n{airflow.logs()[-20000:]}"
         time.sleep(0.5)
@@ -306,7 +363,8 @@ def test_supervisor_killed_between_create_and_defer_the_retry_re_attaches(airflo
     events = airflow.api("GET", "eventLogs", params={"dag_id": dag_id, "run_id": run_id,
                                                      "event": "heartbeat timeout"})["event_logs"]
     # try 1 only: try 2 sat deferred longer than the 15 s timeout and was left alone
-    assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], (events, detected_after)
+    found = [(e["task_id"], e["try_number"]) for e in events]
+    assert found == [("train", 1)] or (airflow.executor == "celery" and found == []), (events, detected_after)
     assert detected_after < 30, detected_after  # 15 s timeout + 2 s detection interval + slack
     _check_re_attached(airflow, dag_id, run_id, job_name)
 
@@ -359,3 +417,265 @@ def test_vertex_down_shorter_than_the_window_the_task_carries_on(airflow):
     assert [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"], jobs
     assert airflow.emulator.stats()["cancels"] == 0
     assert "connect error" in _task_logs(airflow, OUTAGE_DAG, run_id)  # the trigger did see the outage
+
+
+# -- CeleryExecutor only: two schedulers, two workers, and the scale run ----------------------------
+
+ON_CELERY = pytest.mark.parametrize("deployment", [EXECUTORS[1]], indirect=True, scope="module")
+
+
+def _tries(airflow: AirflowDeployment, dag_id: str, run_id: str, task_id: str = "train") -> list[dict]:
+    return airflow.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")["task_instances"]
+
+
+@ON_CELERY
+def test_a_scheduler_killed_while_tasks_defer_the_other_carries_on(airflow):
+    """Celery: one of the two schedulers is SIGKILLed while 4 runs' tasks are deferred (their jobs
+    queued): the other scheduler resumes them; all 4 succeed, one job per run, no cancel."""
+    airflow.emulator.reset({**FAST, "queueSeconds": 1500})  # 15 s real of waiting for GPUs
+    run_ids = [airflow.trigger(DAG_ID) for _ in range(4)]
+    for run_id in run_ids:
+        airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=180)
+    assert {j["state"] for j in _jobs(airflow.emulator)} == {"JOB_STATE_QUEUED"}
+    airflow.kill("scheduler")
+    try:
+        states = [airflow.wait(DAG_ID, run_id, timeout=300) for run_id in run_ids]
+        assert states == ["success"] * 4, airflow.logs()[-20000:]
+        jobs = _jobs(airflow.emulator)
+        assert len(jobs) == 4 and len({j["labels"]["gpu-sched-submission"] for j in jobs}) == 4, jobs
+        assert {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"} and airflow.emulator.stats()["cancels"] == 0
+        for run_id in run_ids:  # none needed a retry
+            assert {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]["try_number"] == 1
+        assert airflow.procs["scheduler#2"].poll() is None
+    finally:
+        airflow.start("scheduler")
+
+
+def _kill_the_worker_and_check_the_retry(airflow: AirflowDeployment, dag_id: str, run_id: str,
+                                         worker: str, job_name: str) -> None:
+    """SIGKILL ``worker`` (its whole tree: a host lost); the missing heartbeat fails try 1, the
+    retry runs on the other worker, re-attaches to ``job_name``; one job, no cancel."""
+    other = next(w for w in airflow.workers() if w != worker)
+    airflow.expected_heartbeat_timeouts.add(run_id)
+    airflow.kill(worker)
+    try:
+        state = airflow.wait(dag_id, run_id, timeout=300)
+        assert state == "success", airflow.logs()[-20000:]
+        tries = _tries(airflow, dag_id, run_id)
+        assert [(t["try_number"], t["hostname"]) for t in tries] == [
+            (1, airflow.hostname(worker)), (2, airflow.hostname(other))], tries
+        events = airflow.api("GET", "eventLogs", params={"dag_id": dag_id, "run_id": run_id,
+                                                         "event": "heartbeat timeout"})["event_logs"]
+        assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], events
+        _check_re_attached(airflow, dag_id, run_id, job_name)
+    finally:
+        airflow.start(worker)
+
+
+@ON_CELERY
+def test_a_celery_worker_killed_while_it_runs_a_sync_task_the_retry_re_attaches_on_the_other(airflow):
+    """Celery: the worker running a sync-mode task (``deferrable=False``: the worker polls) is
+    SIGKILLed with its pool and task processes while the job waits for GPUs. Nothing runs
+    ``on_kill`` (a host lost, not a task killed), so the job is not cancelled; the scheduler
+    fails try 1 on its missing heartbeat and the retry, on the other worker, re-attaches to the
+    job from the ledger: one job, SUCCEEDED, no cancel."""
+    dag_id = "e2e_sync"
+    airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real (the wait may last 3600): queued at try 2
+    run_id = airflow.trigger(dag_id)
+    airflow.wait_task_state(dag_id, run_id, "train", {"running"}, timeout=180)
+    deadline = time.monotonic() + 120
+    while not _jobs(airflow.emulator):
+        assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.logs()[-20000:]}"
+        time.sleep(0.3)
+    (job,) = _jobs(airflow.emulator)
+    assert job["state"] == "JOB_STATE_QUEUED"
+    time.sleep(3)  # the ledger has the job's name (saved right after the create); the worker polls
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["state"] == "running" and ti["try_number"] == 1, ti  # polling in the worker, not deferred
+    worker = airflow.component_of_hostname(ti["hostname"])
+    assert worker in airflow.workers(), ti
+    _kill_the_worker_and_check_the_retry(airflow, dag_id, run_id, worker, job["name"])
+
+
+@ON_CELERY
+def test_a_celery_worker_killed_between_create_and_defer_the_retry_re_attaches_on_the_other(airflow):
+    """Celery: the worker running a deferrable task's submit is SIGKILLed (pool and task
+    processes too) after the job was created and before the task deferred; the retry runs on the
+    other worker and re-attaches: one job, SUCCEEDED, no cancel, the run succeeds on try 2."""
+    dag_id = "e2e_worker_crash"
+    airflow.emulator.reset({**FAST, "queueSeconds": 3000})  # 30 s real (the wait may last 3600): queued at try 2
+    run_id, pid, job_name = _trigger_until_submitted(airflow, dag_id)
+    worker = _component_running(airflow, pid, prefix="celery-worker")
+    assert worker, pid
+    ti = {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]
+    assert ti["state"] == "running" and airflow.hostname(worker) == ti["hostname"], ti
+    _kill_the_worker_and_check_the_retry(airflow, dag_id, run_id, worker, job_name)
+
+
+SCALE_DAG, SCALE_TASKS, SCALE_GPUS = "e2e_scale", 200, 20  # as in dags/e2e_scale.py; 1 GPU a job
+
+
+def _all_task_instances(airflow: AirflowDeployment, dag_id: str, run_id: str) -> list[dict]:
+    """Every task instance of the run (the REST API serves at most 100 a page)."""
+    found: list[dict] = []
+    while True:
+        page = airflow.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                           params={"limit": 100, "offset": len(found)})["task_instances"]
+        found += page
+        if len(page) < 100:
+            return found
+
+
+def _triggers_by_triggerer(airflow: AirflowDeployment, tis: list[dict]) -> dict[str, int]:
+    """How many of the deferred task instances' triggers each triggerer runs."""
+    jobs = airflow.api("GET", "jobs", params={"job_type": "TriggererJob", "limit": 100})["jobs"]
+    host = {j["id"]: j["hostname"] for j in jobs}
+    counts: dict[str, int] = {}
+    for ti in tis:
+        owner = airflow.component_of_hostname(host.get((ti.get("trigger") or {}).get("triggerer_id")))
+        counts[owner or "none"] = counts.get(owner or "none", 0) + 1
+    return counts
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its descendants (living, and reaped: children_*)."""
+    total = 0.0
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class _PeerSampler:
+    """Which component holds which local TCP port to the emulator, sampled every 0.3 s (the
+    clients keep their connections alive between polls): maps a recorded exchange's ``client``
+    to the triggerer that sent it."""
+
+    def __init__(self, airflow: AirflowDeployment, port: int, prefix: str = "triggerer"):
+        import threading
+
+        self.port, self.owner = port, {}
+        self.pids = {c: p.pid for c, p in airflow.procs.items() if c.startswith(prefix)}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            for component, pid in self.pids.items():
+                try:
+                    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+                for proc in procs:
+                    try:
+                        for conn in proc.net_connections(kind="tcp"):
+                            if conn.raddr and conn.raddr.port == self.port:
+                                self.owner[conn.laddr.port] = component
+                    except psutil.Error:
+                        pass
+
+    def __enter__(self) -> _PeerSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _is_poll_cycle(exchange: dict) -> bool:
+    """The first page of a shared poller's list of active jobs: one per poller and interval."""
+    query = dict(exchange["query"])
+    return (exchange["rpc"] == "customJobs.list" and "pageToken" not in query
+            and "NOT" in query.get("filter", ""))
+
+
+@ON_CELERY
+@pytest.mark.reliability
+@pytest.mark.timeout(3600)
+def test_two_hundred_mapped_tasks_on_two_workers_and_two_triggerers(airflow, record_property):
+    """Celery scale: 200 mapped FLEX_START tasks across the two workers and two triggerers; no
+    GPUs until all 200 wait deferred (their jobs QUEUED), then 20 (they run in waves): all
+    succeed, 200 jobs, one submission key each, both
+    workers ran tasks; each triggerer polled through one shared poller for the region (its
+    active-job lists come once per poll interval, not once per task). Records API calls per
+    minute and the triggerers' and schedulers' CPU (junit properties, shown in the report)."""
+    airflow.emulator.reset({**FAST, "queueSeconds": 1})
+    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)  # none until all wait
+    airflow.wait_dag(SCALE_DAG, timeout=300)
+    measured = {c: p.pid for c, p in airflow.procs.items() if c.startswith(("scheduler", "triggerer"))}
+    cpu_before = {c: _cpu_seconds(pid) for c, pid in measured.items()}
+    recorder = airflow.emulator_server.traffic
+    recorder.start(bodies=False)  # 200 jobs a list page: bodies would be hundreds of MB
+    with _PeerSampler(airflow, airflow.emulator_server.port) as peers:
+        started = time.monotonic()
+        run_id = airflow.trigger(SCALE_DAG)
+        deadline = time.monotonic() + 3000
+        while True:  # every task submitted and deferred: 200 jobs wait in the two triggerers
+            tis = _all_task_instances(airflow, SCALE_DAG, run_id)
+            if len(tis) == SCALE_TASKS and {t["state"] for t in tis} == {"deferred"}:
+                break
+            assert time.monotonic() < deadline and "failed" not in {t["state"] for t in tis}, \
+                f"not all deferred: {collections.Counter(t['state'] for t in tis)}\n{airflow.logs()[-20000:]}"
+            time.sleep(5)
+        all_waiting_after = time.monotonic() - started
+        queued = [j["state"] for j in _jobs_all(airflow.emulator)]
+        assert queued == ["JOB_STATE_QUEUED"] * SCALE_TASKS, collections.Counter(queued)
+        time.sleep(10)  # let every trigger poll while all 200 wait
+        waiting_triggers = _triggers_by_triggerer(airflow, _all_task_instances(airflow, SCALE_DAG, run_id))
+        airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=SCALE_GPUS)
+        state = airflow.wait(SCALE_DAG, run_id, timeout=3000)
+        elapsed = time.monotonic() - started
+    recorder.stop()
+    cpu = {c: _cpu_seconds(pid) - cpu_before[c] for c, pid in measured.items()}
+    assert state == "success", airflow.logs()[-20000:]
+    tis = _all_task_instances(airflow, SCALE_DAG, run_id)
+    assert len(tis) == SCALE_TASKS and {t["state"] for t in tis} == {"success"}
+    assert {t["hostname"] for t in tis} == {airflow.hostname(w) for w in ("celery-worker", "celery-worker#2")}
+    jobs = _jobs_all(airflow.emulator)
+    assert len(jobs) == SCALE_TASKS and {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"}
+    assert len({j["labels"]["gpu-sched-submission"] for j in jobs}) == SCALE_TASKS  # one key per task
+    assert set(waiting_triggers) == {"triggerer", "triggerer#2"}, waiting_triggers  # both took a share
+    stats = airflow.emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": SCALE_TASKS} and stats["cancels"] == 0, stats
+    exchanges = recorder.exchanges
+    owner = {e["client"]: peers.owner.get(int(e["client"].rsplit(":", 1)[1])) for e in exchanges if e["client"]}
+    cycles: dict[str, list[float]] = {}
+    for e in exchanges:
+        if _is_poll_cycle(e):
+            cycles.setdefault(owner.get(e["client"]) or "unattributed", []).append(e["at"])
+    # every poll cycle came from a triggerer, and both triggerers watched jobs
+    assert set(cycles) == {"triggerer", "triggerer#2"}, {k: len(v) for k, v in cycles.items()}
+    per_interval = {}
+    for component, times in cycles.items():
+        # one poller lists once per interval (1 s): cycles / seconds it was polling; a poller per
+        # task would be ~100 here
+        span = max(times) - min(times)
+        per_interval[component] = len(times) / max(span, 1.0)
+        assert per_interval[component] < 2.0, (component, len(times), span)
+    minutes = elapsed / 60
+    by_rpc: dict[str, int] = {}
+    for e in exchanges:
+        by_rpc[e["rpc"]] = by_rpc.get(e["rpc"], 0) + 1
+    figures = {
+        "tasks": SCALE_TASKS, "gpus": SCALE_GPUS, "wall_seconds": round(elapsed, 1),
+        "seconds_until_all_200_waited": round(all_waiting_after, 1),
+        "waiting_triggers_by_triggerer": waiting_triggers,
+        "api_calls": len(exchanges), "api_calls_per_minute": round(len(exchanges) / minutes, 1),
+        "api_calls_per_minute_by_rpc": {k: round(v / minutes, 1) for k, v in sorted(by_rpc.items())},
+        "poll_cycles_per_second_by_triggerer": {k: round(v, 2) for k, v in sorted(per_interval.items())},
+        "cpu_seconds": {k: round(v, 1) for k, v in sorted(cpu.items())},
+        "cpu_percent_of_one_core": {k: round(100 * v / elapsed, 1) for k, v in sorted(cpu.items())},
+        "tasks_by_worker": {h: sum(t["hostname"] == h for t in tis) for h in sorted({t["hostname"] for t in tis})},
+    }
+    print("scale figures:", json.dumps(figures, indent=1))
+    for key, value in figures.items():
+        record_property(key, json.dumps(value))
