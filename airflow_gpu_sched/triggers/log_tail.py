@@ -163,6 +163,9 @@ async def read_all(client: Any, project: str, job_id: str, position: LogPosition
             return found
 
 
+_IN_MEMORY: dict[str, dict[str, Any]] = {}  # deferrable=False: the waiting process's own positions
+
+
 class PositionStore:
     """The trigger's position, in its task instance's XCom (see the module's docstring), or in
     memory when the trigger has no task instance (``deferrable=False``)."""
@@ -178,7 +181,7 @@ class PositionStore:
 
     async def load(self) -> LogPosition:
         if self.ti is None:
-            return LogPosition()
+            return LogPosition.of(_IN_MEMORY.get(self.job_name))
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
@@ -191,9 +194,12 @@ class PositionStore:
         return LogPosition()
 
     async def save(self, position: LogPosition) -> None:
-        if self.ti is None or position.timestamp is None:
+        if position.timestamp is None:
             return
         value = {"job": self.job_name, **position.to_json()}
+        if self.ti is None:
+            _IN_MEMORY[self.job_name] = value
+            return
         try:
             from airflow.sdk.execution_time.xcom import XCom
 

@@ -145,11 +145,16 @@ def jobs_filter(job_ids: Sequence[str], since: str | None = None, replica: str |
 def batches(job_ids: Iterable[str], since: str | None = None, limit: int = FILTER_LIMIT) -> list[list[str]]:
     """The job ids split so that each batch's :func:`jobs_filter` stays within ``limit`` characters."""
     out: list[list[str]] = []
+    size = 0
     for job_id in job_ids:
-        if out and len(jobs_filter([*out[-1], job_id], since)) <= limit:
-            out[-1].append(job_id)
-            continue
-        if len(jobs_filter([job_id], since)) > limit:
+        if out:  # the filter grows by ' OR "<id>"', plus the group's parentheses at its second id
+            grown = size + len(_quoted(job_id)) + 4 + (2 if len(out[-1]) == 1 else 0)
+            if grown <= limit:
+                out[-1].append(job_id)
+                size = grown
+                continue
+        size = len(jobs_filter([job_id], since))
+        if size > limit:
             raise ValueError(f"job id {job_id!r} alone makes a filter longer than {limit} characters")
         out.append([job_id])
     return out
