@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -85,6 +86,16 @@ def _after(token: str, flt: str, order: str) -> tuple[str, str]:
     return key
 
 
+_JOBS_FIRST = re.compile(r'^resource\.type="ml_job" AND resource\.labels\.job_id=(\("[^()]*"\)|"[^"]*")')
+
+
+def _named_jobs(flt: str) -> set[str] | None:
+    """The job ids a filter of :func:`cloud_logging.jobs_filter`'s shape is bound to (its first
+    terms, ANDed with the rest), else None: lets a call over a few jobs skip the others."""
+    found = _JOBS_FIRST.match(flt)
+    return set(re.findall(r'"([^"]*)"', found.group(1))) if found else None
+
+
 class LogStore:
     """Every job's entries, built on demand from the backend's records."""
 
@@ -92,13 +103,14 @@ class LogStore:
         self.backend = backend
         self.executed = ExecutedLines()
 
-    def entries(self, projects: set[str]) -> list[dict[str, Any]]:
+    def entries(self, projects: set[str], job_ids: set[str] | None = None) -> list[dict[str, Any]]:
+        """``job_ids``: only these jobs' entries (a shortcut; the filter is still applied)."""
         backend = self.backend
         now = backend.clock.now()
         executor = backend.executor
         found: list[dict[str, Any]] = []
         for record in list(backend.jobs.values()):
-            if record.project not in projects:
+            if record.project not in projects or (job_ids is not None and record.job.job_id not in job_ids):
                 continue
             if executor is not None:
                 runs = executor.runs(record.job.name)
@@ -132,7 +144,7 @@ class LogStore:
         size = size or DEFAULT_PAGE_SIZE
         flt = str(body.get("filter") or "")
         matches = parse_log_filter(flt)
-        chosen = [e for e in self.entries(projects) if matches(e)]
+        chosen = [e for e in self.entries(projects, _named_jobs(flt)) if matches(e)]
         if order.endswith("desc"):
             chosen.reverse()
         if body.get("pageToken"):
