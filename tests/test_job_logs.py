@@ -18,6 +18,7 @@ from airflow_gpu_sched.vertex import cloud_logging
 from airflow_gpu_sched.vertex.client import AsyncVertexClient, InvalidArgumentError, VertexClient
 from tests.airflow_harness import run_dag
 from tests.conftest import FAST, LOCATION, PROJECT
+from tests.google_types import traffic_violations
 from tests.test_operator_dags import START, _spot
 from tests.test_triggers import _create, _job
 
@@ -54,6 +55,7 @@ def _entries_list(emulator, body: dict) -> requests.Response:
 
 def test_entries_come_in_timestamp_order_across_pages(emulator):
     name = _ended_job(emulator, replicas=3)
+    emulator.start_traffic()
     flt = cloud_logging.jobs_filter([cloud_logging.job_id_of(name)])
     with _client(emulator) as client:
         whole = client.list_log_entries_page(flt, 1000).entries
@@ -74,6 +76,8 @@ def test_entries_come_in_timestamp_order_across_pages(emulator):
     assert {"logName", "timestamp", "receiveTimestamp", "insertId", "severity", "textPayload"} <= set(first)
     assert any(e.message.startswith("checkpoint saved at step") for e in whole)
     assert whole[-1].json_payload["message"] == "Job completed successfully."
+    exchanges = [x for x in emulator.traffic() if x["rpc"] == "entries.list"]
+    assert exchanges and traffic_violations(exchanges) == []  # Google's logging v2 protos, strictly
 
 
 def test_the_filter_picks_jobs_replicas_severities_and_times(emulator):
