@@ -173,6 +173,7 @@ class PositionStore:
     def __init__(self, trigger: Any, job_name: str):
         self.ti = getattr(trigger, "task_instance", None)
         self.job_name = job_name
+        self.problem: str | None = None  # the last failure to read or save, said once in the task log
 
     def _where(self) -> dict[str, Any]:
         ti = self.ti
@@ -185,9 +186,9 @@ class PositionStore:
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            saved = await asyncio.to_thread(lambda: XCom.get_one(key=POSITION_KEY, **self._where()))
+            saved = await XCom.aget_one(key=POSITION_KEY, **self._where())
         except Exception as exc:  # no XCom reachable: start from the job's first line
-            log.debug("log position of %s not read: %s", self.job_name, exc)
+            self.problem = f"log position not read ({type(exc).__name__}: {exc})"
             return LogPosition()
         if isinstance(saved, dict) and saved.get("job") == self.job_name:
             return LogPosition.of(saved)
@@ -203,9 +204,9 @@ class PositionStore:
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            await asyncio.to_thread(lambda: XCom.set(POSITION_KEY, value, **self._where()))
-        except Exception as exc:
-            log.debug("log position of %s not saved: %s", self.job_name, exc)
+            await XCom.aset(POSITION_KEY, value, **self._where())
+        except Exception as exc:  # the lines are written all the same; a restart may repeat some
+            self.problem = f"log position not saved ({type(exc).__name__}: {exc})"
 
 
 class JobLogStream:
@@ -225,9 +226,11 @@ class JobLogStream:
         self.position = LogPosition()
         self._task: asyncio.Task | None = None
         self._warned = False
+        self._store_warned = False
 
     async def start(self) -> None:
         self.position = await self.store.load()
+        self._say_store_problem()
         if self.position.timestamp:
             self.trigger.log.info("job log: going on after %s (%s), the last line written before",
                                   self.position.timestamp, self.position.insert_id)
@@ -265,6 +268,12 @@ class JobLogStream:
         if new:
             self.position = advanced(self.position, new)
             await self.store.save(self.position)
+        self._say_store_problem()
+
+    def _say_store_problem(self) -> None:
+        if self.store.problem and not self._store_warned:
+            self.trigger.log.warning("job log: %s: a triggerer restart may repeat lines", self.store.problem)
+            self._store_warned = True
 
     def stop(self) -> None:
         if self._task is not None:
