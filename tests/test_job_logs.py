@@ -259,11 +259,12 @@ def airflow(airflow_db, fast_emulator):
     return fast_emulator
 
 
-def test_the_task_log_shows_the_jobs_lines_with_replica_and_severity(airflow, capfd):
+@pytest.mark.parametrize("deferrable", [True, False], ids=["in-the-triggerer", "in-the-worker"])
+def test_the_task_log_shows_the_jobs_lines_with_replica_and_severity(airflow, capfd, deferrable):
     from airflow.sdk import DAG
 
     with DAG("job_logs", schedule=None, start_date=START) as dag:
-        _spot(deferrable=True)
+        _spot(deferrable=deferrable)
 
     result = run_dag(dag, logical_date=START)
     assert result.state == "success"
