@@ -21,7 +21,8 @@ Each exchange (see ``airflow_gpu_sched/emulator/traffic.py``) is checked so:
   names, field names in lowerCamelCase; a parser that accepts both forms would hide that drift.
   timestamps compare as instants;
 * every query parameter is one the method declares in the aiplatform v1 discovery document (or a
-  standard one); quota rpcs are not in that document and are skipped.
+  standard one); quota and Cloud Logging rpcs are not in that document and are skipped (their
+  bodies are checked against Cloud Quotas' and logging v2's protos all the same).
 
     violations = traffic_violations(emulator.traffic())
     assert violations == [], format_violations(violations)
@@ -39,6 +40,7 @@ from typing import Any
 import google.rpc
 from google.cloud import aiplatform_v1 as aip
 from google.cloud import cloudquotas_v1 as quotas
+from google.cloud.logging_v2.types import ListLogEntriesRequest, ListLogEntriesResponse
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, json_format
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # noqa: F401 (registers ErrorInfo & co for Any)
@@ -79,10 +81,12 @@ RPC_TYPES: dict[str, tuple[Any, Any]] = {
     "models.list": (None, aip.ListModelsResponse),
     "quotaInfos.get": (None, quotas.QuotaInfo),
     "quotaInfos.list": (None, quotas.ListQuotaInfosResponse),
+    # Cloud Logging v2 (google/logging/v2/logging.proto: ListLogEntries, body "*")
+    "entries.list": (ListLogEntriesRequest, ListLogEntriesResponse),
 }
 
 # discovery document methods under projects.locations (quota rpcs live in another API)
-_DISCOVERY_METHOD = {rpc: rpc for rpc in RPC_TYPES if not rpc.startswith("quotaInfos.")}
+_DISCOVERY_METHOD = {rpc: rpc for rpc in RPC_TYPES if not rpc.startswith(("quotaInfos.", "entries."))}
 # parameters every Google API method takes (the discovery document's top-level `parameters`)
 _STANDARD_QUERY = {"$alt", "$.xgafv"}
 

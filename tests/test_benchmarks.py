@@ -43,3 +43,12 @@ def test_api_calls_per_task_reports_each_job_type_with_and_without_the_preflight
         with_preflight, without = figures[f"{job_type}+preflight"], figures[job_type]
         assert with_preflight["per_rpc"].get("quotaInfos.list") == 1 and "quotaInfos.list" not in without["per_rpc"]
         assert with_preflight["calls"] == without["calls"] + 1
+
+
+def test_log_tail_scale_reports_shared_and_per_job_calls_against_the_quota():
+    figures = _run("log_tail_scale.py", "--jobs", "3", "12", "--interval", "30", "--polls", "1")
+    assert figures["quota_per_min"] == 60
+    for jobs in ("3", "12"):
+        row = figures[jobs]
+        assert row["per_job"]["calls_per_poll"] == int(jobs)  # one call per job per poll
+        assert row["shared"]["calls_per_poll"] == 1 and row["ratio"] < 1  # one call for all of them

@@ -22,6 +22,7 @@ from fastapi.responses import Response
 from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.auth import StandInError, TokenIssuer
 from airflow_gpu_sched.emulator.backend import Backend
+from airflow_gpu_sched.emulator.logging_api import add_logging_routes
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal
@@ -274,6 +275,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
 
     app.add_api_route("/v1/{path:path}", traffic.wrap(vertex, match_route), methods=["GET", "POST", "DELETE", "PATCH"],
                       include_in_schema=False)
+    app.state.logs = add_logging_routes(app, backend, traffic, auth)  # Cloud Logging's POST /v2/entries:list
 
     async def ui(request: Request, path: str) -> Response:
         # Google's GAPIC REST clients get operations at /ui/{name=projects/*/locations/*/operations/*}

@@ -6,8 +6,9 @@ What a worker on Vertex AI gets, it gets here: the first pool's ``env``, plus
 ``baseOutputDirectory`` (``gs://bucket/path`` maps to ``<root>/bucket/path``). A preemption
 sends the process SIGTERM (as a Spot VM's shutdown notice) and, after a grace period, SIGKILL;
 a restart runs it again, so a script that checkpoints resumes where it stopped. The process's
-exit decides the job: 0 -> SUCCEEDED, anything else -> FAILED with that exit status. Output goes
-to ``<root>/logs/<job id>-<run>.log``.
+exit decides the job: 0 -> SUCCEEDED, anything else -> FAILED with that exit status. Its stdout
+goes to ``<root>/logs/<job id>-<run>.log``, its stderr to ``<job id>-<run>.err`` (Cloud Logging
+severities INFO and ERROR in ``entries:list``: :mod:`.job_logs`).
 
 May import: nothing of this package; never airflow.
 """
@@ -56,9 +57,17 @@ class LocalExecutor:
                 env[name] = f"{base / sub}/"
         run = self._runs[job.name] = self._runs.get(job.name, 0) + 1
         log = open(self.root / "logs" / f"{job.job_id}-{run}.log", "w")  # noqa: SIM115 (the child owns it)
-        self._running[job.name] = subprocess.Popen(argv, env=env, cwd=self.workdir, stdout=log,
-                                                   stderr=subprocess.STDOUT)
+        err = open(self.root / "logs" / f"{job.job_id}-{run}.err", "w")  # noqa: SIM115
+        self._running[job.name] = subprocess.Popen(argv, env=env, cwd=self.workdir, stdout=log, stderr=err)
         log.close()
+        err.close()
+
+    def runs(self, job_name: str) -> int:
+        """How many times the job's process was started (its log files are numbered 1..runs)."""
+        return self._runs.get(job_name, 0)
+
+    def is_running(self, job_name: str) -> bool:
+        return job_name in self._running
 
     def stop(self, job_name: str) -> None:
         """SIGTERM (the shutdown notice), then SIGKILL after the grace period."""

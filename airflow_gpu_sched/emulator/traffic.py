@@ -5,7 +5,8 @@ and starts it, ``POST /emulator/v1/traffic:stop`` stops it, ``GET /emulator/v1/t
 ``{"recording": bool, "exchanges": [...]}``; a reset stops and clears it. Each exchange:
 ``{rpc, method, path, query, requestBody, status, responseBody}`` with the bodies as the exact text
 sent and answered (``None`` when empty), so that a checker parses what was on the wire, not a
-re-encoding of it. Only ``/v1/...`` routes are recorded; control routes are not Vertex.
+re-encoding of it. Only ``/v1/...`` routes (and Cloud Logging's ``/v2/entries:list``) are recorded;
+control routes are not Google's.
 Each exchange also says when it was answered (``at``, Unix seconds) and from which TCP peer
 (``client``, ``"host:port"``: a test maps ports to the processes that held them, e.g. which
 triggerer polled); ``start(bodies=False)`` leaves the bodies out (``None``), for long scale runs.

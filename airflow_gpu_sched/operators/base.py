@@ -168,6 +168,13 @@ class VertexTrainingOperator(BaseOperator):
         "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON.
     :param on_capacity_acquired, on_preempted, on_fallback: callables (or Airflow notifiers)
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
+    :param stream_logs: while the job runs, write its Cloud Logging lines (what the training
+        code prints, per replica, with severity) into the task log; resumes after a triggerer
+        restart without repeating or dropping a line (:mod:`airflow_gpu_sched.triggers.log_tail`).
+    :param log_lines_per_minute: at most this many job log lines a minute in the task log (the
+        rest are counted and said skipped; ``None``: no cap).
+    :param failure_log_lines: when the job FAILED, its failing replica's last this-many log lines
+        go into the task log and the error's message (0: none).
     """
 
     # Everything a user would template; the plan's steps through ``plan_spec`` (the raw steps,
@@ -228,6 +235,9 @@ class VertexTrainingOperator(BaseOperator):
         on_preempted: Any = None,
         on_fallback: Any = None,
         retry_on_user_code_failure: bool = False,
+        stream_logs: bool = True,
+        log_lines_per_minute: int | None = 600,
+        failure_log_lines: int = 50,
         **kwargs: Any,
     ) -> None:
         if kwargs.get("outlets") is None:  # none declared: the output dir's and the model's Assets
@@ -280,6 +290,9 @@ class VertexTrainingOperator(BaseOperator):
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
         self.retry_on_user_code_failure = bool(retry_on_user_code_failure)
+        self.stream_logs = bool(stream_logs)
+        self.log_lines_per_minute = _count_limit("log_lines_per_minute", log_lines_per_minute, allow_none=True)
+        self.failure_log_lines = _count_limit("failure_log_lines", failure_log_lines)
         self.plan_spec = [*(plan if plan is not None else self.own_steps()), *(fallback or [])]
         self.plan = self._parse_plan(ignore_templates=True)
         self._job_name: str | None = None  # the job on_kill cancels (sync mode)
@@ -689,7 +702,8 @@ class VertexTrainingOperator(BaseOperator):
         running_by, why = ledger.running_bound
         trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
                                    running_by=running_by, bound_reason=why,
-                                   impersonation_chain=self.impersonation_chain)
+                                   impersonation_chain=self.impersonation_chain, stream_logs=self.stream_logs,
+                                   log_lines_per_minute=self.log_lines_per_minute)
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
         return first_event(trigger)
@@ -722,12 +736,25 @@ class VertexTrainingOperator(BaseOperator):
             resource = job_kind.get(self.client(resource.name.split("/")[3]), resource.name)
         job = job_kind.view(resource)
         scheduling = job.job_spec.scheduling
+        log_tail = self._failure_tail(job.name) if kind is Event.FAILED else None
         return engine.JobEnded(
             now=now, kind=kind, job_name=job.name, job_state=job.state.value if job.state else None,
             job_error=job.error.message if job.error else None, message=payload.get("message"),
             restarts=int(payload.get("observed_restarts", 0)), running_bound=payload.get("running_bound"),
             max_wait=scheduling.max_wait_duration if scheduling else None, try_number=try_number,
+            log_tail=log_tail,
         ), _Ended(job_kind, resource)
+
+    def _failure_tail(self, job_name: str) -> str | None:
+        """The failed job's failing replica's last lines, into the task log (and the error)."""
+        if not self.failure_log_lines:
+            return None
+        from airflow_gpu_sched.operators.job_logs import read_failure_tail
+
+        tail = read_failure_tail(self.client(job_name.split("/")[3]), job_name, self.failure_log_lines)
+        if tail:
+            self.log.error("the job failed; %s", tail)
+        return tail
 
     def _capacity_event(self, payload: Any) -> engine.CapacityEnded:
         from airflow_gpu_sched.orchestration import plan_engine as engine
@@ -777,7 +804,7 @@ ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
 def _error(failure: engine.Failure) -> Exception:
     if failure.kind == "InvalidTrainingSpec":
         return InvalidTrainingSpec(list(failure.violations), failure.message)
-    return ERRORS[failure.kind](failure.message, failure.job_name, failure.detail)
+    return ERRORS[failure.kind](failure.message, failure.job_name, failure.detail, log_tail=failure.log_tail)
 
 
 def _now() -> datetime:
@@ -819,6 +846,15 @@ def _count_arg(name: str, value: Any) -> int | None:
     if not value.strip().isdigit():
         raise InvalidTrainingSpec([Violation(name, f"must be a whole number once rendered (got {value!r})")])
     return int(value)
+
+
+def _count_limit(name: str, value: Any, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        rule = "a whole number >= 0" + (" or None" if allow_none else "")
+        raise InvalidTrainingSpec([Violation(name, f"must be {rule} (got {value!r})")])
+    return value
 
 
 def _try_number(context: Context) -> int | None:

@@ -25,7 +25,8 @@ AirflowException
 the task at once whatever its ``retries`` (a retry cannot change the outcome), while ``except
 TrainingJobCancelled`` still catches it. Which outcome an Airflow retry acts on, and how: the
 retry table in ``docs/operators.md``.
-Every message carries the job name and the service's ``error.message`` where there is one.
+Every message carries the job name and the service's ``error.message`` where there is one; a
+``TrainingJobFailed``'s also the failing replica's last log lines (``failure_log_lines``).
 With a capacity plan, the capacity errors are raised only when the plan has no step left.
 
 May import: orchestration; airflow.
@@ -37,11 +38,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 
 class GpuTrainingError(AirflowException):
-    def __init__(self, message: str, job_name: str | None = None, job_error: str | None = None):
+    def __init__(self, message: str, job_name: str | None = None, job_error: str | None = None,
+                 log_tail: str | None = None):
         from airflow_gpu_sched.orchestration.plan_engine import failure_text  # when raised: not at DAG-parse time
 
-        self.job_name, self.job_error = job_name, job_error
-        super().__init__(failure_text(message, job_name, job_error))  # the wording a plan's moves quote too
+        self.job_name, self.job_error, self.log_tail = job_name, job_error, log_tail
+        super().__init__(failure_text(message, job_name, job_error, log_tail))  # the wording a plan's moves quote too
 
 
 class TrainingJobFailed(GpuTrainingError):

@@ -121,6 +121,7 @@ class JobEnded:
     running_bound: str | None = None  # set when the operator's bound cancelled the job: why
     max_wait: timedelta | None = None  # the job's own maxWaitDuration
     try_number: int | None = None  # the try this event arrived in
+    log_tail: str | None = None  # a FAILED job's failing replica's last log lines (orchestration.log_lines)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,14 +224,16 @@ PLAN_SPENT: frozenset[str] = frozenset({"CapacityWaitExpired", "PreemptionBudget
                                         "PersistentResourceUnavailable", "PersistentCapacityTimeout", "QuotaTooLow"})
 
 
-def failure_text(message: str, job_name: str | None = None, job_error: str | None = None) -> str:
-    """How a training error reads (``errors.GpuTrainingError`` and a move's reason)."""
+def failure_text(message: str, job_name: str | None = None, job_error: str | None = None,
+                 log_tail: str | None = None) -> str:
+    """How a training error reads (``errors.GpuTrainingError`` and a move's reason); a failed
+    job's last log lines go last, on their own lines, so the cause shows without scrolling."""
     parts = [message]
     if job_name:
         parts.append(f"job: {job_name}")
     if job_error:
         parts.append(f"Vertex AI says: {job_error}")
-    return " | ".join(parts)
+    return " | ".join(parts) + (f"\n{log_tail}" if log_tail else "")
 
 
 @dataclass(frozen=True)
@@ -243,9 +246,10 @@ class Failure:
     job_name: str | None = None
     detail: str | None = None  # what Vertex AI said
     violations: tuple[Violation, ...] = ()
+    log_tail: str | None = None  # the failing replica's last log lines (a FAILED job)
 
     def __str__(self) -> str:
-        return failure_text(self.message, self.job_name, self.detail)
+        return failure_text(self.message, self.job_name, self.detail, self.log_tail)
 
 
 @dataclass(frozen=True)
@@ -628,10 +632,11 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
         if plan.retry_on_user_code_failure:
             return Fail(failure=Failure("TrainingJobFailed", "the training job failed (not a capacity problem: not "
                                         "resubmitted by the plan; an Airflow retry submits a new job, "
-                                        "retry_on_user_code_failure=True)", name, said), effects=effects)
+                                        "retry_on_user_code_failure=True)", name, said, log_tail=event.log_tail),
+                    effects=effects)
         return Fail(failure=Failure("TrainingJobFailedNoRetry", "the training job failed (not a capacity problem: "
                                     "not resubmitted, not retried by Airflow: retry_on_user_code_failure=False)",
-                                    name, said), effects=effects)
+                                    name, said, log_tail=event.log_tail), effects=effects)
     if kind is Event.PREEMPTED and isinstance(step, SpotStep):
         preempted_here = state.preempted_at(index) + 1  # with this attempt
         if preempted_here <= step.max_preemption_retries:

@@ -263,6 +263,10 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
             return 1
         print(f"\n  checkpoint/resume: the SPOT training script resumed {len(steps)} times, last from step "
               f"{steps[-1]} (logs in {out / 'vertex' / 'logs'})")
+        streamed = [line.split("] ", 1)[1].split(" [airflow_gpu_sched", 1)[0] for line in
+                    (home / "spot_training.log").read_text().splitlines() if "] [workerpool0-0 " in line]
+        print(f"  in the Airflow task log (stream_logs): {len(streamed)} of the script's lines, e.g. "
+              f"{'; '.join(streamed[1:3])}")
 
         from airflow_gpu_sched.emulator.dashboard import render
         from airflow_gpu_sched.emulator.timeline import nights

@@ -61,7 +61,8 @@ class CustomJobTrigger(BaseTrigger):
     def __init__(self, job_name: str, gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
                  transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0,
                  polling: str = BATCHED, running_by: float | None = None, bound_reason: str | None = None,
-                 impersonation_chain: str | list[str] | None = None):
+                 impersonation_chain: str | list[str] | None = None, stream_logs: bool = False,
+                 log_lines_per_minute: int | None = None):
         super().__init__()
         if polling not in (BATCHED, PER_JOB):
             raise ValueError(f"polling must be {BATCHED!r} or {PER_JOB!r} (got {polling!r})")
@@ -75,6 +76,8 @@ class CustomJobTrigger(BaseTrigger):
         self.bound_reason = bound_reason
         self.impersonation_chain = list(impersonation_chain) if isinstance(impersonation_chain, (list, tuple)) \
             else impersonation_chain  # serializable as is
+        self.stream_logs = bool(stream_logs)  # tail the job's Cloud Logging lines into the task log
+        self.log_lines_per_minute = None if log_lines_per_minute is None else int(log_lines_per_minute)
         self._cancel_note = ""
         self.job_type = job_type_of(job_name)
 
@@ -83,16 +86,35 @@ class CustomJobTrigger(BaseTrigger):
             "job_name": self.job_name, "gcp_conn_id": self.gcp_conn_id, "poll_interval": self.poll_interval,
             "transient_error_window": self.transient_error_window, "observed_restarts": self.observed_restarts,
             "polling": self.polling, "running_by": self.running_by, "bound_reason": self.bound_reason,
-            "impersonation_chain": self.impersonation_chain,
+            "impersonation_chain": self.impersonation_chain, "stream_logs": self.stream_logs,
+            "log_lines_per_minute": self.log_lines_per_minute,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        logs = self._log_stream() if self.stream_logs else None
+        if logs is not None:
+            await logs.start()
         news = self._news()
         try:
             event = await self._first_event(news)
+        except BaseException:  # cancelled (a triggerer restart, on_kill) or failed: stop the tail too
+            if logs is not None:
+                logs.stop()
+            raise
         finally:
             await news.aclose()  # leave the shared poller now, not when the generator is collected
+        if logs is not None:
+            await logs.finish()  # the job's last lines (its exit, a traceback) before the event
         yield TriggerEvent(event)
+
+    def _log_stream(self) -> Any:
+        from airflow_gpu_sched.triggers.log_tail import JobLogStream
+
+        chain = self.impersonation_chain
+        key = (self.gcp_conn_id, tuple(chain) if isinstance(chain, list) else chain, self.job_name.split("/")[1])
+        return JobLogStream(self, self.job_name, lambda: async_client(
+            self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window, chain),
+            key, self.poll_interval, self.log_lines_per_minute)
 
     async def _first_event(self, news: AsyncIterator[Any]) -> dict[str, Any]:
         from airflow_gpu_sched.vertex.client import NotFoundError

@@ -10,6 +10,7 @@ import collections
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 from datetime import datetime, timezone
@@ -679,3 +680,44 @@ def test_two_hundred_mapped_tasks_on_two_workers_and_two_triggerers(airflow, rec
     print("scale figures:", json.dumps(figures, indent=1))
     for key, value in figures.items():
         record_property(key, json.dumps(value))
+
+
+# -- the job's Cloud Logging lines in the task log --------------------------------------------------
+
+_JOB_LINE = re.compile(r"\[(?:workerpool\d+-\d+|service) [A-Z]+\] [^\"\n]*")
+
+
+def _trigger_log_lines(airflow: AirflowDeployment, dag_id: str, run_id: str) -> list[list[str]]:
+    """The job lines of each triggerer's log file of the run's task, in the triggerers' order."""
+    root = airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    files = sorted(root.rglob("attempt=1.log.trigger.*.log"), key=lambda p: int(p.name.split(".")[-2]))
+    return [_JOB_LINE.findall(path.read_text(errors="replace")) for path in files]
+
+
+def test_triggerer_killed_mid_stream_repeats_and_drops_no_log_line(airflow):
+    """The job's Cloud Logging lines stream into the task log from the triggerer; SIGKILLed while
+    they stream and restarted, the new triggerer goes on after the last line the old one wrote
+    (the position in the task's XCom): every line of the job once, in order."""
+    run_id = airflow.trigger("e2e_logs")
+    airflow.wait_task_state("e2e_logs", run_id, "train", {"deferred"}, timeout=120)
+    deadline = time.monotonic() + 120
+    while sum(len(f) for f in _trigger_log_lines(airflow, "e2e_logs", run_id)) < 5:
+        assert time.monotonic() < deadline, airflow.logs()[-20000:]
+        time.sleep(0.5)
+    holder = _triggerer_holding(airflow, "e2e_logs", run_id)  # Celery: the other one takes over
+    airflow.kill(holder)
+    time.sleep(2)
+    airflow.start(holder)
+    state = airflow.wait("e2e_logs", run_id, timeout=240)
+    assert state == "success", airflow.logs()[-20000:]
+    per_triggerer = _trigger_log_lines(airflow, "e2e_logs", run_id)
+    assert len(per_triggerer) == 2 and all(per_triggerer), [f[:3] + f[-3:] for f in per_triggerer]  # both wrote
+    (job,) = _jobs(airflow.emulator)
+    job_id = job["name"].rsplit("/", 1)[1]
+    body = {"resourceNames": ["projects/e2e-project"], "pageSize": 1000,
+            "filter": f'resource.type="ml_job" AND resource.labels.job_id="{job_id}"'}
+    entries = airflow.emulator._session.post(f"{airflow.emulator.url}/v2/entries:list", json=body,
+                                             timeout=10).json()["entries"]
+    expected = [f"[{e['resource']['labels']['task_name']} {e['severity']}] "
+                f"{e.get('textPayload', e.get('jsonPayload', {}).get('message'))}" for e in entries]
+    assert [line for lines in per_triggerer for line in lines] == expected

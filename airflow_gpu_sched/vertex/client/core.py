@@ -139,6 +139,12 @@ def compute_root(api_endpoint: str | None = None) -> str:
     return root[: -len("v1/")] + "compute/v1/"
 
 
+def logging_root(api_endpoint: str | None = None) -> str:
+    """Cloud Logging's ``.../v2/`` root: ``https://logging.googleapis.com/v2/``, or the same
+    host as an override off ``googleapis.com`` (the emulator serves ``/v2/entries:list``)."""
+    return service_root("logging", api_endpoint).removesuffix("v1/") + "v2/"
+
+
 def is_loopback_http(api_endpoint: str | None) -> bool:
     """True for ``http://`` to localhost/127.0.0.0/8/::1: a local emulator, no credentials."""
     if not api_endpoint or not api_endpoint.strip().lower().startswith("http://"):
@@ -218,6 +224,8 @@ class VertexApi:
             root = quotas_root(self.api_endpoint)
         elif call.service == "compute":
             root = compute_root(self.api_endpoint)
+        elif call.service == "logging":
+            root = logging_root(self.api_endpoint)
         else:
             root = api_root(call.location, self.api_endpoint)
         path = quote(call.path.lstrip("/"), safe="/:@-._~")
@@ -748,6 +756,21 @@ class ClientMethods:
                          location: str | None = None, read_mask: str | None = None) -> ListModelsResponse:
         call = self.api.list_models(self._parent(project, location), filter, page_size, page_token, read_mask)
         return self._execute(call, ListModelsResponse.model_validate)
+
+    # --- Cloud Logging (logging v2 entries:list; shapes in vertex.cloud_logging)
+
+    def list_log_entries_page(self, filter: str, page_size: int | None = None, page_token: str | None = None,
+                              order_by: str = "timestamp asc", project: str | None = None) -> Any:
+        """One page of ``entries:list`` in ``projects/{project}`` -> ``ListLogEntriesResponse``."""
+        from airflow_gpu_sched.vertex import cloud_logging
+
+        project = project or self.project
+        if not project:
+            raise ValueError("no project: pass project= to the client or to the call")
+        body = cloud_logging.list_request(project, filter, page_size or cloud_logging.MAX_PAGE_SIZE, page_token,
+                                          order_by)
+        call = ApiCall("entries.list", "POST", "entries:list", "global", body=body, service="logging")
+        return self._execute(call, cloud_logging.ListLogEntriesResponse.model_validate)
 
     # --- Cloud Quotas
 
