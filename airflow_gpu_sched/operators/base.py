@@ -279,6 +279,7 @@ class VertexTrainingOperator(BaseOperator):
         self.plan = self._parse_plan(ignore_templates=True)
         self._job_name: str | None = None  # the job on_kill cancels (sync mode)
         self._ledger: SubmissionLedger | None = None  # the running loop's
+        self._race_jobs: list[str] = []  # a race's members on_kill cancels (sync mode)
         self._check_at_parse_time()
 
     def _parse_plan(self, ignore_templates: bool) -> list[Step]:
@@ -383,10 +384,13 @@ class VertexTrainingOperator(BaseOperator):
         found = self.job_kind.violations(self.job_options())
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
-        for index, step in enumerate(self.plan):
-            prefix = f"plan[{index}] {step.strategy}: " if len(self.plan) > 1 else ""
-            found += [Violation(v.path, prefix + v.rule)
-                      for v in job_spec.violations(self.build_job(step=step), ignore_templates=ignore_templates)]
+        for index, planned in enumerate(self.plan):
+            members = getattr(planned, "members", None)  # a race: each member's rules
+            for member, step in enumerate(members or (planned,)):
+                prefix = (f"plan[{index}].race[{member}] {step.strategy}: " if members else
+                          f"plan[{index}] {step.strategy}: " if len(self.plan) > 1 else "")
+                found += [Violation(v.path, prefix + v.rule)
+                          for v in job_spec.violations(self.build_job(step=step), ignore_templates=ignore_templates)]
         return found
 
     def _check_at_parse_time(self) -> None:
@@ -458,6 +462,15 @@ class VertexTrainingOperator(BaseOperator):
         with vertex_reachable():
             return self._run(context, SubmissionLedger.from_context(context), *self._job_event(context, event))
 
+    def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the triggerer with a race's event (operators/race.py)."""
+        from airflow_gpu_sched.operators import race
+
+        with vertex_reachable():
+            ledger = SubmissionLedger.from_context(context)
+            self._ledger = ledger
+            return self._run(context, ledger, *race.race_event(self, context, event))
+
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
         with vertex_reachable():
@@ -475,6 +488,11 @@ class VertexTrainingOperator(BaseOperator):
         while True:
             action = engine.decide(plan, engine.State.of(ledger.data), event)
             for effect in action.effects:
+                if isinstance(effect, (engine.CloseMember, engine.Won)):  # a race's (operators/race.py)
+                    from airflow_gpu_sched.operators import race
+
+                    race.carry_out(self, ledger, effect, context)
+                    continue
                 self._carry_out(ledger, effect, ended)
             if isinstance(action, engine.Succeed):
                 return self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
@@ -511,6 +529,10 @@ class VertexTrainingOperator(BaseOperator):
         gpu_hours = ended.kind.gpu_hours(ended.resource)
         record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours)
         record.update(where)
+        if ledger.data.get("race"):
+            from airflow_gpu_sched.operators import race
+
+            race.mark_winner(ledger, record)
         if close.state:
             record.update(state=close.state, error=close.error)
         ledger.finish_attempt(record, close.preemptions, completed=close.completed)
@@ -541,6 +563,10 @@ class VertexTrainingOperator(BaseOperator):
             if isinstance(action, engine.WaitForJob):  # kept across tries: a retry re-attaches with the same instant
                 ledger.set_running_bound(action.running_by, action.why)
             return self._job_event(context, self.wait_for_job(context, action.job_name))
+        if isinstance(action, (engine.ReadRaceQuotas, engine.SubmitRace, engine.WaitForRace)):
+            from airflow_gpu_sched.operators import race
+
+            return race.act(self, context, ledger, action)
         if isinstance(action, engine.WaitForCapacity):
             ledger.note_waiting_since(_now())
             spec = self.validated_job(context, step=action.step).job_spec.to_api()
@@ -562,8 +588,13 @@ class VertexTrainingOperator(BaseOperator):
             if existing.is_terminal():
                 event, ended = self._job_event(context, kind.event(resource))
             found = engine.Found(job_name=existing.name, state=existing.state.value, ended=event, by_key=by_key)
+        race_found = None
+        if ledger.data.get("race"):
+            from airflow_gpu_sched.operators import race
+
+            race_found = race.found_members(self, ledger)
         return engine.TryStarted(now=_now(), try_number=_try_number(context), found=found,
-                                 first_try=self._first_try(context)), ended
+                                 first_try=self._first_try(context), race_found=race_found), ended
 
     def _first_try(self, context: Context) -> int | None:
         """The first try since the task instance was last cleared (a clear sets ``max_tries`` to
@@ -708,7 +739,15 @@ class VertexTrainingOperator(BaseOperator):
         return result
 
     def on_kill(self) -> None:
-        """Sync mode (the worker polls): cancel the job when the task is killed."""
+        """Sync mode (the worker polls): cancel the job when the task is killed (a race: every member)."""
+        for name in self._race_jobs:
+            from airflow_gpu_sched.vertex.client import InvalidArgumentError
+
+            self.log.info("task killed: cancelling race member %s", name)
+            try:
+                job_type_of(name).cancel(self.client(name.split("/")[3]), name)
+            except InvalidArgumentError:
+                pass  # already finished
         if self._job_name:
             from airflow_gpu_sched.vertex.client import InvalidArgumentError
 

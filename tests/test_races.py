@@ -1,0 +1,198 @@
+"""Hedged races (a plan's ``{"race": [...]}`` step) at the wire: ``dag.test()`` against the
+emulator, asserting on the emulator's own records (which jobs it made, which it cancelled)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import requests
+
+from tests.airflow_harness import run_dag
+from tests.conftest import FAST, LOCATION, PROJECT
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+EAST, WEST = "us-east4", "us-west1"
+LEDGER = "airflow_gpu_sched.ledger"
+
+
+@pytest.fixture
+def airflow(airflow_db, fast_emulator):
+    return fast_emulator
+
+
+def _operator(plan, cls=None, **kw):
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    return (cls or GpuTrainingOperator)(
+        task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+        base_output_dir="gs://bucket/race", plan=plan, **{"poll_interval": 0.02, **A100, **kw})
+
+
+def _jobs(emulator, location: str) -> list[dict]:
+    return requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{location}/customJobs",
+                        timeout=5).json().get("customJobs", [])
+
+
+def _every_job(emulator) -> list[dict]:
+    return [j for loc in (LOCATION, EAST, WEST) for j in _jobs(emulator, loc)]
+
+
+RACE = {"race": [{"strategy": "FLEX_START", "max_wait_duration": "2h"},
+                 {"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": [EAST]},
+                 {"strategy": "SPOT", "locations": [WEST]}]}
+
+
+def test_the_member_whose_region_has_capacity_wins_and_the_others_are_cancelled(airflow):
+    from airflow.sdk import DAG
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    airflow.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0)  # only us-west1's SPOT has GPUs
+    with DAG("race_wins", schedule=None, start_date=START) as dag:
+        _operator([RACE, {"strategy": "STANDARD"}])
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success", result.tasks
+    training = result["train"].return_value
+    jobs = {j["name"]: j for j in _every_job(airflow)}
+    assert len(jobs) == 3 and airflow.stats()["jobsCreated"] == {"FLEX_START": 2, "SPOT": 1}
+    winner = jobs[training["job_name"]]
+    assert f"/locations/{WEST}/" in winner["name"] and winner["state"] == "JOB_STATE_SUCCEEDED"
+    losers = [j for n, j in jobs.items() if n != winner["name"]]
+    assert [j["state"] for j in losers] == ["JOB_STATE_CANCELLED"] * 2
+    assert all("startTime" not in j for j in losers)  # they never got their GPUs
+    # accounting: each loser with its queued time, the winner last (the task's job)
+    assert [a.get("race") for a in training["attempts"]] == ["lost", "lost", "won"]
+    assert all(a["queued_seconds"] > 0 and a["run_seconds"] == 0 for a in training["attempts"][:2])
+    assert training["strategy"] == "SPOT" and training["attempts"][-1]["location"] == WEST
+    assert training["hedging"]["cancelled"] == 2
+    # every member carries its own submission key
+    keys = {j["labels"]["gpu-sched-submission"] for j in jobs.values()}
+    assert len(keys) == 3
+
+
+def test_when_every_member_ends_on_a_capacity_outcome_the_plan_moves_on(airflow):
+    from airflow.sdk import DAG
+
+    for region in (LOCATION, EAST):
+        airflow.set_capacity(region, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    with DAG("race_spent", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START", "max_wait_duration": "60s"},
+                             {"strategy": "SPOT", "locations": [EAST], "capacity_wait_timeout": 0.5}]},
+                   {"strategy": "STANDARD"}])
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success", result.tasks
+    training = result["train"].return_value
+    assert training["strategy"] == "STANDARD"
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1, "STANDARD": 1}
+    states = [(a["strategy"], a["state"], a.get("race")) for a in training["attempts"]]
+    assert states[:2] == [("FLEX_START", "JOB_STATE_FAILED", "no_winner"),
+                          ("SPOT", "CAPACITY_TIMEOUT", "no_winner")]
+    assert states[2][:2] == ("STANDARD", "JOB_STATE_SUCCEEDED")
+
+
+def test_a_worker_killed_between_two_creates_re_attaches_and_creates_only_the_missing_member(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator, race
+
+    real = race.submit_member
+
+    def dies_after_the_first_create(op, context, ledger, entry):
+        name = real(op, context, ledger, entry)
+        if context["ti"].try_number == 1 and entry.index == 0:
+            raise SystemExit("worker killed")
+        return name
+
+    class Killed(GpuTrainingOperator):
+        pass
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with DAG("race_killed", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}], cls=Killed,
+                  retries=1, retry_delay=timedelta(0))
+    race.submit_member = dies_after_the_first_create
+    try:
+        result = run_dag(dag, logical_date=START)
+    finally:
+        race.submit_member = real
+    assert result.state == "success" and result["train"].try_number == 2
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}  # no duplicate of member 0
+    jobs = _every_job(airflow)
+    assert sorted(j["state"] for j in jobs) == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"]
+    flex = next(j for j in jobs if j["jobSpec"]["scheduling"]["strategy"] == "FLEX_START")
+    assert flex["labels"]["airflow-try"] == "1" and flex["state"] == "JOB_STATE_CANCELLED"
+
+
+def test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by_label(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import race
+
+    real_save = race.submit_member
+
+    def dies_before_the_name_is_saved(op, context, ledger, entry):
+        if context["ti"].try_number == 1 and entry.index == 1:
+            saved = ledger.save
+            ledger.save = lambda: (_ for _ in ()).throw(SystemExit("worker killed")) \
+                if ledger.data["race"]["members"][-1].get("job_name") else saved()
+        return real_save(op, context, ledger, entry)
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with DAG("race_killed_key", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}],
+                  retries=1, retry_delay=timedelta(0))
+    race.submit_member = dies_before_the_name_is_saved
+    try:
+        result = run_dag(dag, logical_date=START)
+    finally:
+        race.submit_member = real_save
+    assert result.state == "success" and result["train"].try_number == 2
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}  # the SPOT member was found by its key
+    assert result["train"].return_value["strategy"] == "SPOT"
+
+
+def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order(airflow):
+    from airflow.sdk import DAG
+
+    # both regions have SPOT capacity: the two members start together (one emulated instant)
+    airflow.reset({**FAST, "provisioningSeconds": 0, "queueSeconds": 0})
+    with DAG("race_tie", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "SPOT", "locations": [EAST]}, {"strategy": "SPOT"}]}],
+                  poll_interval=1.0)  # one poll sees both RUNNING
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success", result.tasks
+    jobs = {j["name"]: j for j in _every_job(airflow)}
+    kept = [j for j in jobs.values() if j["state"] == "JOB_STATE_SUCCEEDED"]
+    assert len(kept) == 1 and len(jobs) == 2
+    other = next(j for j in jobs.values() if j is not kept[0])
+    assert other["state"] == "JOB_STATE_CANCELLED"
+    # the rule: the earlier startTime, then the member order (member 0 is in us-east4)
+    starts = {n: j.get("startTime") for n, j in jobs.items()}
+    expected = min(jobs, key=lambda n: (starts[n] or "~", 0 if f"/{EAST}/" in n else 1))
+    assert kept[0]["name"] == expected
+    training = result["train"].return_value
+    loser = training["attempts"][0]
+    assert loser["race"] == "lost" and (loser["run_seconds"] > 0) == bool(other.get("startTime"))
+    assert training["hedging"]["gpu_hours"] == loser["gpu_hours"]
+
+
+def test_a_race_is_checked_before_any_gpu_is_requested():
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
+
+    cases = {
+        "plan[0].race: must be a list of at least 2 steps": [{"race": [{"strategy": "SPOT"}]}],
+        "plan[0].race[1]: a race member is a plain step": [{"race": [{"strategy": "SPOT"}, {"race": []}]}],
+        "plan[0].race[0].locations: a race member runs in one region":
+            [{"race": [{"strategy": "SPOT", "locations": [LOCATION, EAST]}, {"strategy": "FLEX_START"}]}],
+        "plan[0].race[0].strategy: a race member is one of FLEX_START, SPOT, STANDARD":
+            [{"race": [{"strategy": "PERSISTENT_RESOURCE", "persistent_resource_id": "p"}, {"strategy": "SPOT"}]}],
+        "plan[0].race[1].max_preemption_retries": [{"race": [{"strategy": "SPOT"},
+                                                             {"strategy": "SPOT", "max_preemption_retries": -1}]}],
+        "plan[0].locations: is not a key of a race step":
+            [{"race": [{"strategy": "SPOT"}, {"strategy": "SPOT"}], "locations": [EAST]}],
+    }
+    for expected, plan in cases.items():
+        with pytest.raises(InvalidTrainingSpec) as info:
+            _operator(plan)
+        assert expected in str(info.value), (expected, str(info.value))
