@@ -3,6 +3,8 @@ emulator, asserting on the emulator's own records (which jobs it made, which it 
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -155,25 +157,38 @@ def test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by
 def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order(airflow):
     from airflow.sdk import DAG
 
-    # both regions have SPOT capacity: the two members start together (one emulated instant)
+    # one region, no GPUs for either strategy until emulated second 100, when both get theirs at
+    # the same instant: the region's one list call (the shared poller) shows both RUNNING, started
+    # at the same time; the tie goes to the member order
     airflow.reset({**FAST, "provisioningSeconds": 0, "queueSeconds": 0})
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+
+    def gpus_for_both_once_both_wait():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = _jobs(airflow, LOCATION)
+            if len(jobs) == 2 and all(j["state"] == "JOB_STATE_QUEUED" for j in jobs):
+                airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=8, spot=8)  # one admission
+                return
+            time.sleep(0.02)
+
     with DAG("race_tie", schedule=None, start_date=START) as dag:
-        _operator([{"race": [{"strategy": "SPOT", "locations": [EAST]}, {"strategy": "SPOT"}]}],
-                  poll_interval=1.0)  # one poll sees both RUNNING
+        _operator([{"race": [{"strategy": "SPOT"}, {"strategy": "FLEX_START"}]}], deferrable=False,
+                  poll_interval=0.5, env={"EMULATOR_RUN_SECONDS": "500"})
+    helper = threading.Thread(target=gpus_for_both_once_both_wait, daemon=True)
+    helper.start()
     result = run_dag(dag, logical_date=START)
+    helper.join()
     assert result.state == "success", result.tasks
     jobs = {j["name"]: j for j in _every_job(airflow)}
-    kept = [j for j in jobs.values() if j["state"] == "JOB_STATE_SUCCEEDED"]
-    assert len(kept) == 1 and len(jobs) == 2
-    other = next(j for j in jobs.values() if j is not kept[0])
-    assert other["state"] == "JOB_STATE_CANCELLED"
-    # the rule: the earlier startTime, then the member order (member 0 is in us-east4)
-    starts = {n: j.get("startTime") for n, j in jobs.items()}
-    expected = min(jobs, key=lambda n: (starts[n] or "~", 0 if f"/{EAST}/" in n else 1))
-    assert kept[0]["name"] == expected
+    assert len(jobs) == 2 and {j["state"] for j in jobs.values()} == {"JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"}
+    kept = next(j for j in jobs.values() if j["state"] == "JOB_STATE_SUCCEEDED")
+    other = next(j for j in jobs.values() if j is not kept)
+    assert kept["startTime"] == other["startTime"]  # a tie
+    assert kept["jobSpec"]["scheduling"]["strategy"] == "SPOT"  # member 0
     training = result["train"].return_value
     loser = training["attempts"][0]
-    assert loser["race"] == "lost" and (loser["run_seconds"] > 0) == bool(other.get("startTime"))
+    assert loser["race"] == "lost" and loser["run_seconds"] > 0 and loser["gpu_hours"] > 0  # it ran until cancelled
     assert training["hedging"]["gpu_hours"] == loser["gpu_hours"]
 
 

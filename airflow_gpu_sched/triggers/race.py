@@ -111,15 +111,22 @@ class RaceTrigger(BaseTrigger):
         while True:
             wake = self._wake(seen, bounded, decided_at)
             try:
-                slot, item = await asyncio.wait_for(queue.get(), None if wake is None else max(0.0, wake - time.time()))
+                news = [await asyncio.wait_for(queue.get(), None if wake is None else max(0.0, wake - time.time()))]
             except asyncio.TimeoutError:  # no news by a bound (or the settle time): look at the members now
-                slot, item = -1, None
+                news = []
                 for s in range(n):
                     if seen[s] is None or not self._view(s, seen[s]).is_terminal():
                         got = await self._members[s]._get_now()
                         if not isinstance(got, Exception):
                             seen[s] = got
-            if slot >= 0:
+            else:
+                # one poll tells every watcher of its region at once: let their pumps run, then take
+                # all that came, so that members seen RUNNING in one poll are decided together
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                while not queue.empty():
+                    news.append(queue.get_nowait())
+            for slot, item in news:
                 if isinstance(item, NotFoundError):
                     return error_event(f"{self.job_names[slot]} no longer exists: {item}", self.job_names[slot])
                 if isinstance(item, Exception):
