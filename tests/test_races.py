@@ -3,6 +3,7 @@ emulator, asserting on the emulator's own records (which jobs it made, which it 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -211,3 +212,94 @@ def test_a_race_is_checked_before_any_gpu_is_requested():
         with pytest.raises(InvalidTrainingSpec) as info:
             _operator(plan)
         assert expected in str(info.value), (expected, str(info.value))
+
+
+# ---------------------------------------------------------------------------- the race trigger
+
+
+def _body(strategy: str, run_seconds: int = 30) -> dict:
+    from tests.test_triggers import _job
+
+    return _job(strategy, run_seconds)
+
+
+def _create_in(emulator, location: str, body: dict) -> str:
+    from airflow_gpu_sched.vertex.client import VertexClient
+
+    with VertexClient(location=location, project=PROJECT, api_endpoint=emulator.url) as client:
+        return client.create_custom_job(body).name
+
+
+def _state(emulator, name: str) -> str:
+    return requests.get(f"{emulator.url}/v1/{name}", timeout=5).json()["state"]
+
+
+def test_the_race_trigger_serializes_to_plain_json_and_round_trips():
+    import importlib
+
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    trigger = RaceTrigger(["projects/p/locations/a/customJobs/1", "projects/p/locations/b/customJobs/2"], [0, 2],
+                          "my_conn", 5.0, 60.0, running_by=[1.5e9, None], bound_reasons=["why", None])
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+    import json
+
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+async def test_a_triggerer_restart_keeps_watching_every_member_and_cancels_nothing(vertex_conn):
+    """The first triggerer dies while both members queue; the one started from the serialized
+    trigger sees member 1 get its GPUs, keeps it and cancels member 0."""
+    from tests.test_triggers import _first
+
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    emulator = vertex_conn
+    emulator.reset({**FAST, "provisioningSeconds": 0})
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    names = [_create_in(emulator, LOCATION, _body("FLEX_START")), _create_in(emulator, EAST, _body("SPOT", 3000))]
+    first = RaceTrigger(names, poll_interval=0.05)
+    with pytest.raises(asyncio.TimeoutError):  # the triggerer stops (cleanup, not on_kill)
+        await _first(first, timeout=0.5)
+    assert [_state(emulator, n) for n in names] == ["JOB_STATE_QUEUED"] * 2  # a restart cancels nothing
+    path, kwargs = first.serialize()
+    restarted = RaceTrigger(**kwargs)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", spot=8)
+    event = await _first(restarted)
+    assert event["status"] == "race_won" and event["winner"] == 1
+    assert [m["job_name"] for m in event["members"]] == names
+    assert event["members"][0]["by_race"] and event["members"][0]["event"]["status"] == "cancelled"
+    assert [_state(emulator, n) for n in names] == ["JOB_STATE_CANCELLED", "JOB_STATE_RUNNING"]
+
+
+async def test_a_killed_or_cleared_task_cancels_every_member(vertex_conn):
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    emulator = vertex_conn
+    emulator.reset(FAST)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0)
+    names = [_create_in(emulator, LOCATION, _body("SPOT", 3000)), _create_in(emulator, EAST, _body("FLEX_START"))]
+    await RaceTrigger(names, poll_interval=0.05).on_kill()
+    assert {_state(emulator, n) for n in names} <= {"JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"}
+
+
+async def test_a_member_past_its_bound_is_cancelled_and_when_all_are_the_race_ends_on_capacity(vertex_conn):
+    from tests.test_triggers import _first
+
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    emulator = vertex_conn
+    emulator.reset(FAST)
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", spot=0)
+    names = [_create_in(emulator, LOCATION, _body("SPOT")), _create_in(emulator, EAST, _body("SPOT"))]
+    soon = time.time() + 0.3
+    event = await _first(RaceTrigger(names, poll_interval=0.05, running_by=[soon, soon],
+                                     bound_reasons=["capacity_wait_timeout=0.3s of SPOT"] * 2))
+    assert event["status"] == "race_ended" and event["winner"] is None
+    assert [m["event"]["status"] for m in event["members"]] == ["capacity_timeout"] * 2
+    assert all(m["event"]["running_bound"] == "capacity_wait_timeout=0.3s of SPOT" for m in event["members"])
