@@ -43,3 +43,13 @@ def test_api_calls_per_task_reports_each_job_type_with_and_without_the_preflight
         with_preflight, without = figures[f"{job_type}+preflight"], figures[job_type]
         assert with_preflight["per_rpc"].get("quotaInfos.list") == 1 and "quotaInfos.list" not in without["per_rpc"]
         assert with_preflight["calls"] == without["calls"] + 1
+
+
+def test_plan_race_reports_the_sequential_plan_and_the_race_side_by_side():
+    figures = _run("plan_race.py", "--speed", "600")
+    keys = {"time_to_running_min", "winner", "gpu_hours", "cost", "hedging_gpu_hours", "jobs_created",
+            "jobs_cancelled"}
+    assert keys <= set(figures["sequential"]) and keys <= set(figures["race"])
+    assert figures["race"]["jobs_created"] >= 3  # every member was asked at once
+    assert figures["sequential"]["jobs_cancelled"] == 0  # nothing to cancel one step at a time
+    assert {"time_to_running_ratio", "gpu_hours_ratio", "cost_ratio"} <= set(figures)
