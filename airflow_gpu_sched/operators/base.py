@@ -18,7 +18,6 @@ May import: vertex, orchestration, triggers, operators; airflow.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
+from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, first_event  # shared with race.py
 from airflow_gpu_sched.orchestration import job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 CONSOLE_URL_KEY = "console_url"
-AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing
 JOB_NAME_KEY = "job_name"
 
 
@@ -86,17 +85,6 @@ class VertexCustomJobLink(ConsoleLink):
 def _label_value(text: str) -> str:
     """Any text as a valid label value: lowercase, [a-z0-9_-], at most 63 characters."""
     return re.sub(r"[^a-z0-9_-]+", "-", text.lower())[:63].strip("-")
-
-
-def first_event(trigger: BaseTrigger) -> dict[str, Any]:
-    """Run a trigger's loop in this process until its first event (``deferrable=False``)."""
-
-    async def _first() -> dict[str, Any]:
-        async for event in trigger.run():
-            return event.payload
-        raise RuntimeError(f"{trigger!r} ended without an event")
-
-    return asyncio.run(_first())
 
 
 class VertexTrainingOperator(BaseOperator):

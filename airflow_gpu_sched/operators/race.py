@@ -125,7 +125,7 @@ def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Subm
 def submit_member(op: Any, context: Any, ledger: SubmissionLedger, entry: engine.RaceEntry) -> str:
     """Create one member under its own submission key (saved first; an ambiguous create is
     reconciled by that key's label, as a single job's); its name is saved before anything else."""
-    from airflow_gpu_sched.operators.base import AMBIGUOUS_CREATE_ATTEMPTS
+    from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS
     from airflow_gpu_sched.vertex.client import AmbiguousCreateError
 
     member = _member(ledger, entry.index, create=True)
@@ -191,7 +191,7 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
 
 def wait_for_race(op: Any, context: Any, action: engine.WaitForRace) -> dict[str, Any]:
     """Wait for every member with one trigger (deferred, or the same trigger in this process)."""
-    from airflow_gpu_sched.operators.base import first_event
+    from airflow_gpu_sched.operators.running import first_event
     from airflow_gpu_sched.triggers.race import RaceTrigger
 
     trigger = RaceTrigger([w.job_name for w in action.members], [w.index for w in action.members], op.gcp_conn_id,
