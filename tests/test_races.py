@@ -303,3 +303,22 @@ async def test_a_member_past_its_bound_is_cancelled_and_when_all_are_the_race_en
     assert event["status"] == "race_ended" and event["winner"] is None
     assert [m["event"]["status"] for m in event["members"]] == ["capacity_timeout"] * 2
     assert all(m["event"]["running_bound"] == "capacity_wait_timeout=0.3s of SPOT" for m in event["members"])
+
+
+def test_an_ambiguous_create_of_a_member_is_reconciled_by_its_key_and_the_retry_creates_only_the_rest(airflow):
+    """Sync mode, one task state store across two tries: every request of the first answers 503
+    after the service carried it out (a lost response), so the first member's create is
+    ambiguous and its lookup fails too; the next try finds it by its key's label."""
+    from airflow_gpu_sched.orchestration.errors import VertexUnreachable
+    from tests.test_operators import Store, context
+
+    plan = [{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}]
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    store = Store()
+    airflow.set_faults(error_rate=1.0, status_codes=[503], after_handler_rate=1.0)
+    with pytest.raises(VertexUnreachable):
+        _operator(plan, deferrable=False, transient_error_window=0.5, quota_preflight=False).execute(context(store))
+    airflow.clear_faults()
+    result = _operator(plan, deferrable=False, quota_preflight=False).execute(context(store))
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}
+    assert result["strategy"] == "SPOT" and [a["race"] for a in result["attempts"]] == ["lost", "won"]
