@@ -8,7 +8,10 @@ back as the next event, until the action is :class:`Succeed` or :class:`Fail`.
   resolved), ``expected_run_time``; each step carries its own knobs (:mod:`.plans`).
 - :class:`State`: what the submission ledger holds (:meth:`State.of` reads its data).
 - Events, a closed set: :class:`TryStarted`, :class:`QuotaRead`, :class:`ResourceRead`,
-  :class:`Created`, :class:`CreateRefused`, :class:`JobEnded`, :class:`CapacityEnded`.
+  :class:`Created`, :class:`CreateRefused`, :class:`JobEnded`, :class:`CapacityEnded`; for a
+  race step (the section "races" at the end): :class:`RaceQuotasRead`, :class:`RaceCreated`,
+  :class:`RaceEnded`, answering :class:`ReadRaceQuotas`, :class:`SubmitRace`,
+  :class:`WaitForRace`, with the effects :class:`CloseMember` and :class:`Won`.
 - Actions, a closed set: :class:`ReadQuota`, :class:`ReadResource`, :class:`Submit`,
   :class:`WaitForJob`, :class:`ReAttach`, :class:`WaitForCapacity`, :class:`Succeed`,
   :class:`Fail`. Each carries ``effects``, done first and in order: :class:`Note` (a log line),

@@ -18,6 +18,7 @@ Steps are typed objects, or plain dicts whose keys are the operators' own argume
     {"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": ["us-central1", "us-east4"]}
     {"strategy": "SPOT", "max_preemption_retries": 2}
     {"strategy": "STANDARD"}
+    {"race": [{"strategy": "FLEX_START", "locations": ["us-east4"]}, {"strategy": "SPOT"}]}  # RaceStep
 
 May import: vertex; airflow.
 """
