@@ -61,7 +61,8 @@ def get_provider_info() -> dict:
                             "VertexTuningJobLink", "VertexTrainingPipelineLink", "VertexModelLink",
                             "VertexPersistentResourceLink", "VertexJobLogsLink"))],
         "triggers": [{"integration-name": INTEGRATION,
-                      "python-modules": ["airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity"]}],
+                      "python-modules": ["airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity",
+                                         "airflow_gpu_sched.triggers.race"]}],
         "operators": [{"integration-name": INTEGRATION,
                        "python-modules": ["airflow_gpu_sched.operators.base",  # GpuTrainingOperator
                                           "airflow_gpu_sched.operators.flex_start", "airflow_gpu_sched.operators.spot",

@@ -52,3 +52,13 @@ def test_log_tail_scale_reports_shared_and_per_job_calls_against_the_quota():
         row = figures[jobs]
         assert row["per_job"]["calls_per_poll"] == int(jobs)  # one call per job per poll
         assert row["shared"]["calls_per_poll"] == 1 and row["ratio"] < 1  # one call for all of them
+
+
+def test_plan_race_reports_the_sequential_plan_and_the_race_side_by_side():
+    figures = _run("plan_race.py", "--speed", "600")
+    keys = {"time_to_running_min", "winner", "gpu_hours", "cost", "hedging_gpu_hours", "jobs_created",
+            "jobs_cancelled"}
+    assert keys <= set(figures["sequential"]) and keys <= set(figures["race"])
+    assert figures["race"]["jobs_created"] >= 3  # every member was asked at once
+    assert figures["sequential"]["jobs_cancelled"] == 0  # nothing to cancel one step at a time
+    assert {"time_to_running_ratio", "gpu_hours_ratio", "cost_ratio"} <= set(figures)

@@ -174,7 +174,8 @@ def examples(airflow, monkeypatch, tmp_path):
 def test_example_dags_import_without_errors(examples):
     assert examples.import_errors == {}
     assert set(examples.dag_ids) == {"nightly_retraining", "nightly_retraining_tuned", "spot_training",
-                                     "persistent_resource_training", "nightly_deploy"}
+                                     "persistent_resource_training", "nightly_deploy", "race_training",
+                                     "race_training_sequential"}
 
 
 # rpcs each example DAG must have made (so that the type check below covers them)

@@ -7,6 +7,7 @@ over random plans and random event sequences for the invariants of a training ta
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -688,3 +689,235 @@ def test_an_any_reservation_step_reads_nothing_before_the_quota():
                                                  if isinstance(e, Note))
     assert isinstance(decide(plan_of(ReservationStep(reservation="ANY"), quota_preflight=False), State(),
                              TryStarted(now=NOW, try_number=1)), Submit)
+
+
+# ---------------------------------------------------------------------------- races, property-tested
+
+from airflow_gpu_sched.orchestration.plan_engine import (  # noqa: E402
+    CloseMember,
+    MemberEnded,
+    RaceCreated,
+    RaceEnded,
+    RaceQuotasRead,
+    ReadRaceQuotas,
+    SubmitRace,
+    WaitForRace,
+    Won,
+)
+from airflow_gpu_sched.orchestration.plans import RaceStep  # noqa: E402
+
+MEMBER = st.one_of(
+    st.builds(FlexStartStep, locations=st.sampled_from([(), (THERE,)]), capacity_wait_timeout=WAITS,
+              max_wait_duration=st.sampled_from([timedelta(minutes=10), timedelta(days=1)])),
+    st.builds(SpotStep, locations=st.sampled_from([(), (THERE,)]), capacity_wait_timeout=WAITS,
+              max_preemption_retries=st.integers(0, 1)),
+    st.builds(StandardStep, locations=st.sampled_from([(), (THERE,)]), capacity_wait_timeout=WAITS),
+)
+RACE_STEP = st.lists(MEMBER, min_size=2, max_size=3).map(lambda ms: RaceStep(members=tuple(ms)))
+RACE_PLANS = st.builds(
+    lambda before, race, after, deadline, run_time, preflight: Plan.of(
+        [*before, race, *after], HERE, True, project="p", deadline=None if deadline is None else NOW + deadline,
+        expected_run_time=run_time, quota_preflight=preflight),
+    st.lists(STEP, max_size=1), RACE_STEP, st.lists(STEP, max_size=1), st.none() | MINUTES, st.none() | MINUTES,
+    st.booleans())
+CAPACITY_KINDS = [Event.CAPACITY_TIMEOUT, Event.PREEMPTED, Event.QUOTA_EXCEEDED]
+
+
+class RaceWorld(World):
+    """:class:`World` with races: carries the race actions out as operators/race.py does (the
+    ledger's race block, a key saved before each create, the name after it), and answers for the
+    race trigger (first to RUNNING wins, the others cancelled at once; or every member ends)."""
+
+    def __init__(self, draw, plan: Plan):
+        super().__init__(draw, plan)
+        self.winners: list[str] = []  # one per race that had one
+        self.closed_members: set[str] = set()
+        self.member_key: dict[str, str] = {}  # job -> the key it was created under
+
+    def race(self) -> dict:
+        return self.ledger.data.get("race") or {}
+
+    def new_try(self) -> TryStarted:
+        started = super().new_try()
+        race = self.race()
+        if not race or race.get("winner") is not None or all(m.get("closed") for m in race.get("members", [])) \
+                or not race.get("members"):
+            return started
+        found = []
+        for member in race["members"]:
+            if member.get("closed"):
+                continue
+            name = member.get("job_name") or self.keys.get(member.get("key") or "")
+            if name is not None and not member.get("job_name"):  # found by its key's label
+                member["job_name"] = name
+                self.ledger.save()
+            found.append((member["index"], None if name is None else Found(job_name=name, state="JOB_STATE_QUEUED")))
+        return replace(started, race_found=tuple(found))
+
+    def answer(self, action):
+        draw = self.draw
+        if isinstance(action, ReadRaceQuotas):
+            low = draw(st.lists(st.sampled_from([e.index for e in action.members]), unique=True))
+            return RaceQuotasRead(now=self.tick(), too_low=tuple((i, "quota is 0") for i in low))
+        if isinstance(action, SubmitRace):
+            if action.new or not self.race():
+                self.ledger.data["race"] = {"try": self.try_number, "winner": None, "members": []}
+            race = self.ledger.data["race"]
+            for entry in action.members:
+                if not any(m["index"] == entry.index for m in race["members"]):
+                    race["members"].append({"index": entry.index, "key": None, "job_name": None, "closed": False})
+            self.ledger.save()
+            refused = []
+            for entry in action.members:
+                member = next(m for m in race["members"] if m["index"] == entry.index)
+                if member.get("job_name"):
+                    continue
+                if draw(st.integers(0, 6)) == 0:
+                    member["closed"] = True
+                    self.ledger.save()
+                    refused.append((entry.index, "quota", "429"))
+                    continue
+                if not member.get("key"):
+                    member["key"] = f"k{len(self.member_key) + len(self.keys) + 1}-{entry.index}"
+                    self.ledger.save()
+                assert member["key"] not in self.keys, "a second job under one submission key"
+                name = f"projects/p/locations/{entry.location}/customJobs/{len(self.jobs) + 1}"
+                self.jobs[name], self.keys[member["key"]], self.member_key[name] = "ACTIVE", name, member["key"]
+                if self.crashes < 2 and draw(st.integers(0, 6)) == 0:  # killed between two creates (name unsaved)
+                    self.crashes += 1
+                    return self.new_try()
+                member["job_name"] = name
+                self.ledger.save()
+            jobs = tuple((m["index"], m["job_name"]) for m in race["members"] if m.get("job_name") and not m["closed"])
+            return RaceCreated(now=self.tick(), jobs=jobs, refused=tuple(refused))
+        if isinstance(action, WaitForRace):
+            names = [w.job_name for w in action.members]
+            assert len(set(names)) == len(names), "a member watched twice"
+            for w in action.members:
+                member = next(m for m in self.race()["members"] if m["index"] == w.index)
+                assert member["job_name"] == w.job_name and not member["closed"]
+                member.update(running_by=w.running_by, why=w.why)
+            self.ledger.save()
+            self.ledger = _Ledger(self.store)  # deferred
+            return self.race_outcome(action)
+        if isinstance(action, Submit):  # a SPOT winner's resubmission: the losers are gone
+            assert not self.active, f"a submission while {self.active} trains"
+        return super().answer(action)
+
+    def race_outcome(self, action: WaitForRace):
+        draw = self.draw
+        members = list(action.members)
+        outcome = draw(st.sampled_from(["won", "won", "none", "failed", "unreachable", "cleared"]))
+        if outcome == "unreachable" and self.outages < 2:
+            self.outages += 1
+            return RaceEnded(now=self.tick(), winner=None, members=(), error="unreachable", try_number=self.try_number)
+        if outcome == "cleared" and self.clears < 2:  # on_kill of the race trigger: every member cancelled
+            self.clears += 1
+            for w in members:
+                if self.jobs[w.job_name] == "ACTIVE":
+                    self.jobs[w.job_name] = "JOB_STATE_CANCELLED"
+            return self.new_try()
+        active = [w for w in members if self.jobs[w.job_name] == "ACTIVE"]
+        ended: list[MemberEnded] = []
+        if outcome == "won" and active:
+            # the members seen RUNNING in one poll: the trigger keeps the first by (startTime, member order)
+            started = draw(st.lists(st.sampled_from(active), min_size=1, unique_by=lambda w: w.index))
+            starts = {w.index: draw(st.integers(0, 2)) for w in started}
+            winner = min(started, key=lambda w: (starts[w.index], w.index))
+            for w in members:
+                if w is winner:
+                    continue
+                state = self.jobs[w.job_name]
+                if state == "ACTIVE":
+                    self.jobs[w.job_name] = state = "JOB_STATE_CANCELLED"  # by the race, at once
+                ended.append(MemberEnded(index=w.index, job_name=w.job_name, kind=Event.CANCELLED, by_race=True,
+                                         job_state=state))
+            finish = draw(st.sampled_from([None, None, Event.SUCCEEDED, Event.FAILED]))
+            if finish is not None:
+                self.jobs[winner.job_name] = "JOB_STATE_SUCCEEDED" if finish is Event.SUCCEEDED else "JOB_STATE_FAILED"
+            ended.append(MemberEnded(index=winner.index, job_name=winner.job_name, kind=finish))
+            return RaceEnded(now=self.tick(), winner=winner.index, members=tuple(ended), try_number=self.try_number)
+        failed = outcome == "failed" and active
+        for n, w in enumerate(members):
+            if self.jobs[w.job_name] != "ACTIVE":
+                kind = Event.CANCELLED
+            elif failed and n == members.index(active[0]):
+                kind = Event.FAILED
+            elif failed:
+                kind = Event.CANCELLED  # the trigger cancelled the others
+            else:
+                kind = draw(st.sampled_from(CAPACITY_KINDS + [Event.CANCELLED]))
+            self.jobs[w.job_name] = {Event.FAILED: "JOB_STATE_FAILED", Event.CANCELLED: "JOB_STATE_CANCELLED"}.get(
+                kind, "JOB_STATE_FAILED")
+            ended.append(MemberEnded(index=w.index, job_name=w.job_name, kind=kind, by_race=bool(failed),
+                                     running_bound="why" if kind is Event.CAPACITY_TIMEOUT and w.running_by else None))
+        return RaceEnded(now=self.tick(), winner=None, members=tuple(ended), try_number=self.try_number)
+
+    def carry_out(self, effect) -> None:
+        if isinstance(effect, CloseMember):
+            assert self.jobs[effect.job_name] != "ACTIVE", "a member is recorded once it ended"
+            assert effect.job_name not in self.closed_members, "a member recorded twice"
+            self.closed_members.add(effect.job_name)
+            member = next(m for m in self.race()["members"] if m["index"] == effect.index)
+            member["closed"] = True
+            self.ledger.data["attempts"] = [*self.ledger.attempts, {"job_name": effect.job_name, "race": effect.race,
+                                                                    "position": effect.position,
+                                                                    "outcome": effect.outcome}]
+            self.ledger.save()
+            return
+        if isinstance(effect, Won):
+            race = self.race()
+            assert race["winner"] is None, "a second winner in one race"
+            race["winner"] = effect.index
+            member = next(m for m in race["members"] if m["index"] == effect.index)
+            self.ledger.data.update(job_name=effect.job_name, submission_key=member["key"], job_try=race["try"],
+                                    running_bound=None)
+            self.ledger.save()
+            self.winners.append(effect.job_name)
+            return
+        super().carry_out(effect)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_races_keep_one_winner_cancel_every_loser_and_advance_only_on_capacity(data):
+    plan = data.draw(RACE_PLANS, label="plan")
+    world = RaceWorld(data.draw, plan)
+    event = TryStarted(now=NOW, try_number=1)
+    for _ in range(300):
+        action = decide(plan, State.of(world.ledger.data), event)
+        race_before = copy.deepcopy(world.race())
+        position_before = world.ledger.data.get("position", 0)
+        for effect in action.effects:
+            world.carry_out(effect)
+        won = [e for e in action.effects if isinstance(e, Won)]
+        if won:  # every other member still open is closed as lost, in the same decision
+            lost = {e.job_name for e in action.effects if isinstance(e, CloseMember) and e.race == "lost"}
+            still_open = {m["job_name"] for m in race_before.get("members", [])
+                          if m.get("job_name") and not m.get("closed")} - {won[0].job_name}
+            assert lost == still_open, (lost, still_open)
+        if isinstance(event, RaceEnded) and event.winner is None and \
+                any(m.kind is Event.FAILED for m in event.members):  # a member's code failed
+            assert isinstance(action, Fail) and action.failure.kind == "TrainingJobFailedNoRetry"
+            assert not action.moves and world.ledger.data.get("position", 0) == position_before
+        if action.moves and isinstance(event, RaceEnded):
+            assert event.winner is None and all(m.kind in (*CAPACITY_KINDS, Event.CANCELLED) for m in event.members)
+            assert any(m.kind in CAPACITY_KINDS for m in event.members) or \
+                action.moves[0].failure.kind == "DeadlineExceeded", "moved on without a capacity outcome"
+            # (a race cancelled by a clear is run anew; past the deadline that new race is skipped)
+        if isinstance(action, Fail) and action.failure.kind == "VertexUnreachable":
+            event = world.new_try()
+            continue
+        if isinstance(action, (Succeed, Fail)):
+            break
+        event = world.answer(action)
+    else:
+        raise AssertionError("the task never ended")
+    assert not world.active, f"the task ended with {world.active} still training"
+    closed = [a["job_name"] for a in world.ledger.attempts if a["job_name"]]
+    assert sorted(closed) == sorted(world.jobs), "every job submitted is recorded once, as it ended"
+    assert len(set(world.member_key.values())) == len(world.member_key), "one job per submission key"
+    if isinstance(action, Succeed):
+        assert world.ledger.data["completed"] and closed[-1] == action.job_name
+        race_attempts = [a for a in world.ledger.attempts if a.get("race") == "lost"]
+        assert all(a["job_name"] not in world.winners for a in race_attempts)

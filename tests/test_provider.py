@@ -91,7 +91,8 @@ def test_get_provider_info_lists_operators_triggers_links_and_the_config_option(
     for module in modules + [m for group in info["hooks"] for m in group["python-modules"]]:
         __import__(module)
     triggers = {t.trigger_class_name for t in manager.trigger if t.package_name == "airflow-gpu-sched"}
-    assert triggers == {"airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity"}
+    assert triggers == {"airflow_gpu_sched.triggers.job", "airflow_gpu_sched.triggers.capacity",
+                        "airflow_gpu_sched.triggers.race"}
     assert "airflow_gpu_sched.operators.base.VertexCustomJobLink" in manager.extra_links_class_names
     configs = dict(manager.provider_configs)["airflow-gpu-sched"]
     option = configs["gpu_sched"]["options"]["failure_patterns"]

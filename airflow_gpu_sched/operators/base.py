@@ -18,7 +18,6 @@ May import: vertex, orchestration, triggers, operators; airflow.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: cos
 from airflow_gpu_sched.operators import lineage
 from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
+from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, first_event  # shared with race.py
 from airflow_gpu_sched.orchestration import assets, job_spec, signals
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 CONSOLE_URL_KEY = "console_url"
-AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing
 JOB_NAME_KEY = "job_name"
 
 
@@ -88,17 +87,6 @@ class VertexCustomJobLink(ConsoleLink):
 def _label_value(text: str) -> str:
     """Any text as a valid label value: lowercase, [a-z0-9_-], at most 63 characters."""
     return re.sub(r"[^a-z0-9_-]+", "-", text.lower())[:63].strip("-")
-
-
-def first_event(trigger: BaseTrigger) -> dict[str, Any]:
-    """Run a trigger's loop in this process until its first event (``deferrable=False``)."""
-
-    async def _first() -> dict[str, Any]:
-        async for event in trigger.run():
-            return event.payload
-        raise RuntimeError(f"{trigger!r} ended without an event")
-
-    return asyncio.run(_first())
 
 
 class VertexTrainingOperator(BaseOperator):
@@ -297,6 +285,7 @@ class VertexTrainingOperator(BaseOperator):
         self.plan = self._parse_plan(ignore_templates=True)
         self._job_name: str | None = None  # the job on_kill cancels (sync mode)
         self._ledger: SubmissionLedger | None = None  # the running loop's
+        self._race_jobs: list[str] = []  # a race's members on_kill cancels (sync mode)
         self._check_at_parse_time()
 
     def _parse_plan(self, ignore_templates: bool) -> list[Step]:
@@ -403,10 +392,13 @@ class VertexTrainingOperator(BaseOperator):
         found += check_regions(self.plan, self.location)
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
-        for index, step in enumerate(self.plan):
-            prefix = f"plan[{index}] {step.strategy}: " if len(self.plan) > 1 else ""
-            found += [Violation(v.path, prefix + v.rule)
-                      for v in job_spec.violations(self.build_job(step=step), ignore_templates=ignore_templates)]
+        for index, planned in enumerate(self.plan):
+            members = getattr(planned, "members", None)  # a race: each member's rules
+            for member, step in enumerate(members or (planned,)):
+                prefix = (f"plan[{index}].race[{member}] {step.strategy}: " if members else
+                          f"plan[{index}] {step.strategy}: " if len(self.plan) > 1 else "")
+                found += [Violation(v.path, prefix + v.rule)
+                          for v in job_spec.violations(self.build_job(step=step), ignore_templates=ignore_templates)]
         return found
 
     def _check_at_parse_time(self) -> None:
@@ -481,6 +473,16 @@ class VertexTrainingOperator(BaseOperator):
             region_order.apply(self, ledger)
             return self._run(context, ledger, *self._job_event(context, event))
 
+    def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the triggerer with a race's event (operators/race.py)."""
+        from airflow_gpu_sched.operators import race
+
+        with vertex_reachable():
+            ledger = SubmissionLedger.from_context(context)
+            region_order.apply(self, ledger)  # the plan's positions as this run decided them
+            self._ledger = ledger
+            return self._run(context, ledger, *race.race_event(self, context, event))
+
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
         with vertex_reachable():
@@ -500,6 +502,11 @@ class VertexTrainingOperator(BaseOperator):
         while True:
             action = engine.decide(plan, engine.State.of(ledger.data), event)
             for effect in action.effects:
+                if isinstance(effect, (engine.CloseMember, engine.Won)):  # a race's (operators/race.py)
+                    from airflow_gpu_sched.operators import race
+
+                    race.carry_out(self, ledger, effect, context)
+                    continue
                 self._carry_out(ledger, effect, ended)
             if isinstance(action, engine.Succeed):
                 result = self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
@@ -541,6 +548,10 @@ class VertexTrainingOperator(BaseOperator):
         gpu_hours = ended.kind.gpu_hours(ended.resource)
         record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours)
         record.update(where)
+        if ledger.data.get("race"):
+            from airflow_gpu_sched.operators import race
+
+            race.mark_winner(ledger, record)
         if close.state:
             record.update(state=close.state, error=close.error)
         ledger.finish_attempt(record, close.preemptions, completed=close.completed)
@@ -574,6 +585,10 @@ class VertexTrainingOperator(BaseOperator):
             if isinstance(action, engine.WaitForJob):  # kept across tries: a retry re-attaches with the same instant
                 ledger.set_running_bound(action.running_by, action.why)
             return self._job_event(context, self.wait_for_job(context, action.job_name))
+        if isinstance(action, (engine.ReadRaceQuotas, engine.SubmitRace, engine.WaitForRace)):
+            from airflow_gpu_sched.operators import race
+
+            return race.act(self, context, ledger, action)
         if isinstance(action, engine.WaitForCapacity):
             ledger.note_waiting_since(_now())
             spec = self.validated_job(context, step=action.step).job_spec.to_api()
@@ -595,8 +610,13 @@ class VertexTrainingOperator(BaseOperator):
             if existing.is_terminal():
                 event, ended = self._job_event(context, kind.event(resource))
             found = engine.Found(job_name=existing.name, state=existing.state.value, ended=event, by_key=by_key)
+        race_found = None
+        if ledger.data.get("race"):
+            from airflow_gpu_sched.operators import race
+
+            race_found = race.found_members(self, ledger)
         return engine.TryStarted(now=_now(), try_number=_try_number(context), found=found,
-                                 first_try=self._first_try(context)), ended
+                                 first_try=self._first_try(context), race_found=race_found), ended
 
     def _first_try(self, context: Context) -> int | None:
         """The first try since the task instance was last cleared (a clear sets ``max_tries`` to
@@ -775,7 +795,15 @@ class VertexTrainingOperator(BaseOperator):
         return lineage.facets_on_complete(self, task_instance)
 
     def on_kill(self) -> None:
-        """Sync mode (the worker polls): cancel the job when the task is killed."""
+        """Sync mode (the worker polls): cancel the job when the task is killed (a race: every member)."""
+        for name in self._race_jobs:
+            from airflow_gpu_sched.vertex.client import InvalidArgumentError
+
+            self.log.info("task killed: cancelling race member %s", name)
+            try:
+                job_type_of(name).cancel(self.client(name.split("/")[3]), name)
+            except InvalidArgumentError:
+                pass  # already finished
         if self._job_name:
             from airflow_gpu_sched.vertex.client import InvalidArgumentError
 

@@ -117,7 +117,8 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
                 prices: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The task's return value (XCom): exactly :data:`RESULT_KEYS`, then the job type's own
     ``outputs`` (trials, model; see :mod:`job_types`); each attempt :data:`ATTEMPT_KEYS`."""
-    shown = [{**{k: a.get(k) for k in ATTEMPT_KEYS}, "cost": attempt_cost(a, prices)} for a in attempts]
+    shown = [{**{k: a.get(k) for k in ATTEMPT_KEYS}, "cost": attempt_cost(a, prices),
+              **({"race": a["race"]} if a.get("race") else {})} for a in attempts]
     costs = [a["cost"] for a in shown if a["cost"] is not None]
     last = attempts[-1]
     return {
@@ -135,7 +136,28 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "console_url": console_url(last["job_name"]),
         "base_output_dir": base_output_dir,
         **(outputs or {}),
+        **hedging(shown, prices),
     }
+
+
+def hedging(shown: list[dict[str, Any]], prices: dict[str, Any] | None) -> dict[str, Any]:
+    """The price of hedging, when the task ran a race: the members that did not win (``lost``:
+    cancelled once another reached RUNNING; ``no_winner``: a race that moved the plan on), with
+    what they held. Queued FLEX_START and SPOT jobs are not billed; a loser that started before
+    its cancel landed is (its GPU-hours and cost are estimates, as every attempt's). Included in
+    the totals above; ``{}`` without a race."""
+    others = [a for a in shown if a.get("race") in ("lost", "no_winner")]
+    if not others:
+        return {}
+    costs = [a["cost"] for a in others if a["cost"] is not None]
+    return {"hedging": {
+        "cancelled": sum(1 for a in others if a["race"] == "lost"),
+        "members_without_capacity": sum(1 for a in others if a["race"] == "no_winner"),
+        "queued_seconds": round(sum(a["queued_seconds"] for a in others), 3),
+        "run_seconds": round(sum(a["run_seconds"] for a in others), 3),
+        "gpu_hours": round(sum(a["gpu_hours"] or 0 for a in others), 4),
+        "cost": round(sum(costs), 4) if prices else None,
+    }}
 
 
 def preemptions_may_be_undercounted(attempts: list[dict[str, Any]]) -> bool:
@@ -143,11 +165,15 @@ def preemptions_may_be_undercounted(attempts: list[dict[str, Any]]) -> bool:
     return any(a.get("strategy") == "SPOT" and a.get("job_name") for a in attempts)
 
 
+_RACE_MARK = {"won": " (won race)", "lost": " (lost race)", "no_winner": " (race)"}
+
+
 def summary_table(result: dict[str, Any]) -> str:
     """The attempts and totals as a fixed-width table, for the task log."""
     rows = [("#", "strategy", "region", "state", "queued s", "run s", "GPU-h", "cost")]
     for number, a in enumerate(result["attempts"], 1):
-        rows.append((str(number), a["strategy"], a.get("location") or "", (a["state"] or "").removeprefix("JOB_STATE_"),
+        state = (a["state"] or "").removeprefix("JOB_STATE_") + _RACE_MARK.get(a.get("race") or "", "")
+        rows.append((str(number), a["strategy"], a.get("location") or "", state,
                      f"{a['queued_seconds']:.0f}", f"{a['run_seconds']:.0f}", f"{a['gpu_hours'] or 0:.3f}",
                      "" if a["cost"] is None else f"{a['cost']:.2f}"))
     rows.append(("", "total", "", "", f"{result['queued_seconds']:.0f}", f"{result['run_seconds']:.0f}",
@@ -155,6 +181,12 @@ def summary_table(result: dict[str, Any]) -> str:
                  "" if result["cost"] is None else f"{result['cost']:.2f} {result['currency'] or ''}".strip()))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     table = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    if result.get("hedging"):
+        h = result["hedging"]
+        cost = "" if h["cost"] is None else f", {h['cost']:.2f} {result['currency'] or ''}".rstrip()
+        table += (f"\nhedging: {h['cancelled']} race member(s) cancelled, {h['members_without_capacity']} without "
+                  f"capacity; they queued {h['queued_seconds']:.0f}s, ran {h['run_seconds']:.0f}s, "
+                  f"{h['gpu_hours']:.3f} GPU-hours{cost} (estimates, in the totals)")
     if result.get("preemptions_lower_bound"):
         table += (f"\npreemptions observed: {result['preemptions']} (a lower bound: the service's restarts "
                   "between polls, or not shown by the API, are not counted)")

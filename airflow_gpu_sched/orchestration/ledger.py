@@ -10,7 +10,10 @@ clears. The ledger holds one "training run" of the task:
      capacity wait began, or null>, "running_bound": <{"by": epoch seconds, "why": text}: when
      the current job must first be RUNNING, or null>,
      "failed": <{"kind", "message", "job_name", "detail", "try"}: the error the last failed try
-     raised, or null>}
+     raised, or null>,
+     "race": <the current position's race, or null: {"try": the try that started it, "winner":
+     member index or null, "members": [{"index", "key", "job_name", "running_by", "why",
+     "closed"}]}; written by operators/race.py, read by plan_engine.RaceState>}
 
 - Before a create, a fresh submission key is saved; it also goes on the job as a label, so a
   try that died between the create and saving the job name finds the job by label.
@@ -129,7 +132,7 @@ class SubmissionLedger:
     def move_to(self, position: int) -> None:
         """The plan moves on: the next create is a new submission at ``position``."""
         self.data.update(position=position, submission_key=None, job_name=None, waiting_since=None,
-                         running_bound=None)
+                         running_bound=None, race=None)
         self.save()
 
     def set_running_bound(self, by: float | None, why: str | None) -> None:

@@ -9,7 +9,10 @@ back as the next event, until the action is :class:`Succeed` or :class:`Fail`.
 - :class:`State`: what the submission ledger holds (:meth:`State.of` reads its data).
 - Events, a closed set: :class:`TryStarted`, :class:`QuotaRead`, :class:`ResourceRead`,
   :class:`ReservationRead`, :class:`Created`, :class:`CreateRefused`, :class:`JobEnded`,
-  :class:`CapacityEnded`.
+  :class:`CapacityEnded`; for a race step (the section "races" at the end):
+  :class:`RaceQuotasRead`, :class:`RaceCreated`, :class:`RaceEnded`, answering
+  :class:`ReadRaceQuotas`, :class:`SubmitRace`, :class:`WaitForRace`, with the effects
+  :class:`CloseMember` and :class:`Won`.
 - Actions, a closed set: :class:`ReadQuota`, :class:`ReadResource`, :class:`ReadReservation`, :class:`Submit`,
   :class:`WaitForJob`, :class:`ReAttach`, :class:`WaitForCapacity`, :class:`Succeed`,
   :class:`Fail`. Each carries ``effects``, done first and in order: :class:`Note` (a log line),
@@ -41,7 +44,7 @@ from typing import Any, Literal, Union
 from airflow_gpu_sched.vertex.models import format_duration
 from airflow_gpu_sched.orchestration.outcomes import Event
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, PersistentResourceStep, SpotStep, Step, positions, running_bound
-from airflow_gpu_sched.orchestration.plans import ReservationStep
+from airflow_gpu_sched.orchestration.plans import RaceStep, ReservationStep
 from airflow_gpu_sched.orchestration.quota import increase_hint
 from airflow_gpu_sched.vertex.rules import Violation
 
@@ -86,6 +89,7 @@ class State:
     waiting_since: datetime | None = None  # when a persistent pool's capacity wait began
     failure: Failure | None = None  # what an earlier try of this run failed with (the ledger's ``failed``)
     failed_try: int | None = None  # the try that failed so
+    race: RaceState | None = None  # the current position's race, when it is one (the ledger's ``race``)
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> State:
@@ -98,7 +102,8 @@ class State:
                    position=int(data.get("position", 0)),
                    attempts=tuple((a.get("position"), a.get("outcome")) for a in data.get("attempts", [])),
                    job_name=data.get("job_name"), job_try=data.get("job_try"), running_by=bound.get("by"),
-                   running_why=bound.get("why"), waiting_since=datetime.fromisoformat(since) if since else None)
+                   running_why=bound.get("why"), waiting_since=datetime.fromisoformat(since) if since else None,
+                   race=RaceState.of(data.get("race")))
 
     def preempted_at(self, position: int) -> int:
         return sum(1 for p, outcome in self.attempts if p == position and outcome == Event.PREEMPTED.value)
@@ -143,6 +148,9 @@ class TryStarted:
     # as its TaskInstance.get_first_reschedule_date reads it): an earlier try before it was
     # followed by a clear, a deliberate rerun; one at or after it, by an Airflow retry.
     first_try: int | None = None
+    # A race in flight: what became of each member's submission (by member index; None: no job
+    # carries its key, or it had none yet). None when the ledger holds no race in flight.
+    race_found: tuple[tuple[int, Found | None], ...] | None = None
 
     def cleared_since(self, try_number: int | None) -> bool:
         return try_number is not None and self.first_try is not None and try_number < self.first_try
@@ -203,7 +211,7 @@ class CapacityEnded:
 
 
 PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, ReservationRead, Created, CreateRefused, JobEnded,
-                  CapacityEnded]
+                  CapacityEnded, "RaceQuotasRead", "RaceCreated", "RaceEnded"]
 
 # ---------------------------------------------------------------------------------------- outputs
 
@@ -310,7 +318,7 @@ class Rewind:
     attempts stay: one training run; a SPOT step's preemption budget stays counted)."""
 
 
-Effect = Union[Note, Close, Move, NewRun, Rewind]
+Effect = Union[Note, Close, Move, NewRun, Rewind, "CloseMember", "Won"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -424,6 +432,8 @@ def decide(plan: Plan, state: State, event: PlanEvent) -> Action:
         return _job_ended(plan, state, event, earlier_try=False)
     if isinstance(event, CapacityEnded):
         return _capacity_ended(plan, state, event)
+    if isinstance(event, (RaceQuotasRead, RaceCreated, RaceEnded)):
+        return _race_event(plan, state, event)
     raise TypeError(f"not a plan event: {event!r}")
 
 
@@ -448,6 +458,8 @@ def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | 
 
 
 def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
+    if state.race is not None and state.race.in_flight:
+        return _race_try_started(plan, state, event)
     found = event.found
     if found is None:
         failure = state.failure
@@ -481,6 +493,8 @@ def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]
     _, why_not = deadline_budget(plan, step, now)
     if why_not:
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
+    if isinstance(step, RaceStep):
+        return _start_race(plan, position, step, location, now, effects)
     if isinstance(step, PersistentResourceStep):
         return ReadResource(position=position, step=step, location=location,
                             name=plan.resource_name(step, location), effects=effects)
@@ -580,7 +594,7 @@ def _reservation_read(plan: Plan, state: State, event: ReservationRead) -> Actio
 
 def _created(plan: Plan, state: State, event: Created) -> Action:
     """The job exists: wait for it, bounded from its submission (:func:`plans.running_bound`)."""
-    step, location = plan.at(state.position)
+    step, location = _current(plan, state)
     bound = running_bound(step, event.now, plan.deadline, plan.expected_run_time)
     note = Note("info", f"submitted {event.job_name} ({step.describe()} in {location}, attempt "
                         f"{len(state.attempts) + 1})")
@@ -599,7 +613,7 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
     # a job an earlier try submitted (this try re-attached to it, or found it finished)
     reattached = earlier_try or state.job_try != event.try_number
     index = state.position
-    step, location = plan.at(index)
+    step, location = _current(plan, state)  # a race's winner: its member
     bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.running_bound)  # our cancel, past the bound
     shown: dict[str, Any] = {}
     if kind is Event.QUOTA_EXCEEDED or bounded:  # visible as such, not as the job's FAILED / CANCELLED
@@ -696,3 +710,349 @@ def _quota_failure(plan: Plan, how: str, message: str | None, location: str) -> 
     remedy as the preflight's, so the same error type once the plan is spent."""
     return Failure("QuotaTooLow", f"the GPU quota is too low for this job in {location}: {how} by Vertex AI; "
                    + increase_hint(message or "", location, plan.project), None, message)
+
+
+# ---------------------------------------------------------------------------------------- races
+#
+# A race step (plans.RaceStep) submits all its members at once, each under its own submission
+# key (kept in the ledger's ``race`` block before its create, the job's name after it), waits
+# for all of them with one trigger, keeps the first to reach RUNNING and cancels the others at
+# once. The tie rule, when several members are seen RUNNING in one poll: the earliest
+# ``startTime``, then the member order (the trigger applies it: triggers/race.py). From its win
+# on the winner is the position's job, under its member's rules (a SPOT winner's preemptions,
+# the FLEX_START wording). When every member ends on a capacity outcome, the plan moves on;
+# a member that fails for its code fails the task (the others are cancelled), as a single job.
+
+
+@dataclass(frozen=True)
+class RaceMember:
+    """One member of the race in flight, as the ledger holds it."""
+
+    index: int  # into RaceStep.members
+    key: str | None = None
+    job_name: str | None = None
+    running_by: float | None = None
+    why: str | None = None
+    closed: bool = False  # its attempt is recorded (a loser, or a member the race lost)
+
+
+@dataclass(frozen=True)
+class RaceState:
+    members: tuple[RaceMember, ...]
+    winner: int | None = None  # member index
+    try_number: int | None = None  # the try that started the race
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> RaceState | None:
+        if not data:
+            return None
+        members = tuple(RaceMember(int(m["index"]), m.get("key"), m.get("job_name"), m.get("running_by"), m.get("why"),
+                                   bool(m.get("closed"))) for m in data.get("members", []))
+        return cls(members, data.get("winner"), data.get("try"))
+
+    @property
+    def in_flight(self) -> bool:
+        """Submitted (or being submitted), no winner yet, and not every member's attempt recorded."""
+        return self.winner is None and bool(self.members) and not all(m.closed for m in self.members)
+
+    def member(self, index: int) -> RaceMember | None:
+        return next((m for m in self.members if m.index == index), None)
+
+
+@dataclass(frozen=True)
+class RaceEntry:
+    """A member to submit: its index, step, region and (FLEX_START) wait clipped to the deadline."""
+
+    index: int
+    step: Step
+    location: str
+    max_wait: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class RaceWait:
+    index: int
+    job_name: str
+    running_by: float | None = None  # epoch seconds: this member must be RUNNING by then
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadRaceQuotas(Action):
+    """Read each member's regional GPU quota: answer with :class:`RaceQuotasRead`."""
+
+    position: int
+    step: RaceStep
+    members: tuple[RaceEntry, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitRace(Action):
+    """Create the members that have no job yet, each under its own key (``new``: a fresh race,
+    the ledger's race block is started anew first): answer with :class:`RaceCreated`."""
+
+    position: int
+    step: RaceStep
+    members: tuple[RaceEntry, ...]
+    new: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitForRace(Action):
+    """Keep each member's bound in the ledger, then wait for all of them with one trigger:
+    :class:`RaceEnded`."""
+
+    position: int
+    members: tuple[RaceWait, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceQuotasRead:
+    now: datetime
+    too_low: tuple[tuple[int, str], ...] = ()  # (member index, the shortfalls worded)
+    unreadable: tuple[int, ...] = ()  # members whose quota could not be read (submitted anyway)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceCreated:
+    now: datetime
+    jobs: tuple[tuple[int, str], ...]  # (member index, job name): every member that has a job now
+    refused: tuple[tuple[int, str | None, str], ...] = ()  # (member index, service message, text): 429 at create
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberEnded:
+    """One member as the race's trigger last saw it."""
+
+    index: int
+    job_name: str
+    kind: Event | None  # None: still active (the winner, RUNNING)
+    by_race: bool = False  # cancelled by the race as a loser
+    job_state: str | None = None
+    job_error: str | None = None
+    message: str | None = None
+    restarts: int = 0
+    running_bound: str | None = None  # set when its bound before RUNNING cancelled it
+    max_wait: timedelta | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceEnded:
+    """The race trigger's event: a winner (the others cancelled and followed to their end), or
+    no winner (every member ended; or one failed for its code and the others were cancelled)."""
+
+    now: datetime
+    winner: int | None
+    members: tuple[MemberEnded, ...]
+    error: str | None = None  # the API stayed unreachable
+    try_number: int | None = None
+
+
+@dataclass(frozen=True)
+class CloseMember:
+    """Record a race member's attempt (a loser, or a member of a race that had no winner)."""
+
+    position: int
+    index: int
+    location: str
+    strategy: str
+    outcome: str  # an Event value
+    job_name: str
+    race: Literal["lost", "no_winner"]
+    restarts: int = 0
+    state: str | None = None  # shown instead of the job's own state (with ``error``)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Won:
+    """The member ``index`` won: its job becomes the position's current job."""
+
+    index: int
+    job_name: str
+
+
+# capacity outcomes of a member: the race goes on without it, and when all are such, the plan moves on
+_MEMBER_CAPACITY = frozenset({Event.CAPACITY_TIMEOUT, Event.PREEMPTED, Event.QUOTA_EXCEEDED})
+
+
+def _current(plan: Plan, state: State) -> tuple[Step, str]:
+    """The step (and region) the current job runs under: a race's winning member, else the position's step."""
+    step, location = plan.at(state.position)
+    if isinstance(step, RaceStep) and state.race is not None and state.race.winner is not None:
+        return step.members[state.race.winner], step.member_location(state.race.winner, location)
+    return step, location
+
+
+def _entries(plan: Plan, step: RaceStep, location: str, now: datetime,
+             indices: tuple[int, ...] | None = None) -> tuple[list[RaceEntry], list[str]]:
+    """The members that can still run (deadline), with their clipped waits; and why the others cannot."""
+    entries, skipped = [], []
+    for index, member in enumerate(step.members):
+        if indices is not None and index not in indices:
+            continue
+        max_wait, why_not = deadline_budget(plan, member, now)
+        if why_not:
+            skipped.append(f"member {index} ({member.strategy}): {why_not}")
+            continue
+        entries.append(RaceEntry(index, member, step.member_location(index, location), max_wait))
+    return entries, skipped
+
+
+def _start_race(plan: Plan, position: int, step: RaceStep, location: str, now: datetime,
+                effects: tuple[Effect, ...]) -> Action:
+    entries, skipped = _entries(plan, step, location, now)
+    effects = (*effects, *(Note("info", f"race: {why}") for why in skipped))
+    if not entries:
+        return _fall_back(plan, position, Failure("DeadlineExceeded", "; ".join(skipped)), now, effects)
+    if plan.quota_preflight:
+        return ReadRaceQuotas(position=position, step=step, members=tuple(entries), effects=effects)
+    return SubmitRace(position=position, step=step, members=tuple(entries), effects=effects)
+
+
+def _race_try_started(plan: Plan, state: State, event: TryStarted) -> Action:
+    """A race in flight when this try started: re-attach to every member that has a job and
+    create only the missing ones (a worker killed between two creates)."""
+    race = state.race
+    assert race is not None
+    step, location = plan.at(state.position)
+    assert isinstance(step, RaceStep), "a race block belongs to a race position"
+    found = dict(event.race_found or ())
+    have = [(m.index, found[m.index].job_name) for m in race.members if found.get(m.index) is not None]
+    missing = tuple(m.index for m in race.members if found.get(m.index) is None and not m.closed)
+    if missing:
+        entries, skipped = _entries(plan, step, location, event.now, missing)
+        notes = [Note("info", f"race: re-attaching to {', '.join(n for _, n in have) or 'no job'}; creating only the "
+                              f"missing member(s) {', '.join(str(e.index) for e in entries)}")]
+        notes += [Note("info", f"race: {why}") for why in skipped]
+        if entries:
+            return SubmitRace(position=state.position, step=step, members=tuple(entries), new=False,
+                              effects=tuple(notes))
+        event_created = RaceCreated(now=event.now, jobs=tuple(have))
+        return _race_created(plan, state, event_created, tuple(notes))
+    waits = tuple(RaceWait(m.index, name, m.running_by, m.why) for (i, name) in have
+                  for m in race.members if m.index == i)
+    return WaitForRace(position=state.position, members=waits, effects=(Note("info", (
+        f"re-attaching to the race of {len(waits)} members an earlier try submitted: "
+        + ", ".join(w.job_name for w in waits))),))
+
+
+def _race_event(plan: Plan, state: State, event: RaceQuotasRead | RaceCreated | RaceEnded) -> Action:
+    if isinstance(event, RaceQuotasRead):
+        return _race_quotas_read(plan, state, event)
+    if isinstance(event, RaceCreated):
+        return _race_created(plan, state, event)
+    return _race_ended(plan, state, event)
+
+
+def _race_quotas_read(plan: Plan, state: State, event: RaceQuotasRead) -> Action:
+    position = state.position
+    step, location = plan.at(position)
+    assert isinstance(step, RaceStep)
+    entries, skipped = _entries(plan, step, location, event.now)  # as of now: the reads took time
+    low = dict(event.too_low)
+    effects: list[Effect] = [Note("info", f"race: {why}") for why in skipped]
+    effects += [Note("warning", f"could not read the GPU quota in {e.location} for race member {e.index}: "
+                                "submitting it without the quota preflight")
+                for e in entries if e.index in event.unreadable]
+    for entry in entries:
+        if entry.index in low:
+            effects.append(Close(position, entry.location, entry.step.strategy, Event.CAPACITY_TIMEOUT.value,
+                                 state="QUOTA_TOO_LOW", error=low[entry.index]))
+    entries = [e for e in entries if e.index not in low]
+    if not entries:
+        why = "; ".join(f"member {i}: {text}" for i, text in event.too_low) or "; ".join(skipped)
+        kind: FailureKind = "QuotaTooLow" if event.too_low else "DeadlineExceeded"
+        return _fall_back(plan, position, Failure(kind, f"race skipped: {why}"), event.now, tuple(effects))
+    return SubmitRace(position=position, step=step, members=tuple(entries), effects=tuple(effects))
+
+
+def _race_created(plan: Plan, state: State, event: RaceCreated, effects: tuple[Effect, ...] = ()) -> Action:
+    """The members exist: wait for all of them, each bounded from its own submission."""
+    position = state.position
+    step, location = plan.at(position)
+    assert isinstance(step, RaceStep)
+    out: list[Effect] = list(effects)
+    for index, message, text in event.refused:
+        out.append(Close(position, step.member_location(index, location), step.members[index].strategy,
+                         Event.CAPACITY_TIMEOUT.value, state="QUOTA_EXCEEDED", error=text))
+    if not event.jobs:
+        failure = _quota_failure(plan, "refused at create for every race member",
+                                 event.refused[0][1] if event.refused else None, location)
+        return _fall_back(plan, position, failure, event.now, tuple(out))
+    waits = []
+    for index, name in event.jobs:
+        kept = state.race.member(index) if state.race is not None else None
+        if kept is not None and kept.running_by is not None:  # an earlier try's bound holds
+            waits.append(RaceWait(index, name, kept.running_by, kept.why))
+            continue
+        bound = running_bound(step.members[index], event.now, plan.deadline, plan.expected_run_time)
+        waits.append(RaceWait(index, name, bound[0].timestamp() if bound else None, bound[1] if bound else None))
+    out.append(Note("info", f"race of {len(waits)} submitted ({step.describe()}): "
+                            + ", ".join(f"[{w.index}] {w.job_name}" for w in waits)))
+    return WaitForRace(position=position, members=tuple(waits), effects=tuple(out))
+
+
+def _close_member(plan: Plan, state: State, member: MemberEnded, race: Literal["lost", "no_winner"]) -> CloseMember:
+    step, location = plan.at(state.position)
+    assert isinstance(step, RaceStep)
+    kind = member.kind or Event.CANCELLED
+    bounded = kind is Event.CAPACITY_TIMEOUT and bool(member.running_bound)
+    shown = {"state": "CAPACITY_TIMEOUT", "error": member.message} if bounded else \
+        {"state": "QUOTA_EXCEEDED", "error": member.message or member.job_error} if kind is Event.QUOTA_EXCEEDED else {}
+    return CloseMember(state.position, member.index, step.member_location(member.index, location),
+                       step.members[member.index].strategy, kind.value, member.job_name, race,
+                       restarts=member.restarts, **shown)
+
+
+def _race_ended(plan: Plan, state: State, event: RaceEnded) -> Action:
+    race = state.race
+    position = state.position
+    step, location = plan.at(position)
+    assert isinstance(step, RaceStep) and race is not None
+    if event.error is not None:
+        return Fail(failure=Failure("VertexUnreachable", event.error))  # a retry re-attaches to every member
+    earlier_try = race.try_number != event.try_number
+    open_members = [m for m in event.members if not (race.member(m.index) or RaceMember(m.index)).closed]
+    if event.winner is not None:
+        winner = next(m for m in event.members if m.index == event.winner)
+        losers = [m for m in open_members if m.index != winner.index]
+        effects: tuple[Effect, ...] = (
+            *(_close_member(plan, state, m, "lost") for m in losers), Won(winner.index, winner.job_name),
+            Note("info", f"race won by member {winner.index} ({step.members[winner.index].describe()} in "
+                         f"{step.member_location(winner.index, location)}): {winner.job_name}; cancelled "
+                         + (", ".join(m.job_name for m in losers) or "none")))
+        won = replace(state, race=replace(race, winner=winner.index), job_name=winner.job_name,
+                      job_try=race.try_number)
+        if winner.kind is not None:  # it ended before the race was decided (ran between two polls)
+            ended = JobEnded(now=event.now, kind=winner.kind, job_name=winner.job_name, job_state=winner.job_state,
+                             job_error=winner.job_error, message=winner.message, restarts=winner.restarts,
+                             running_bound=winner.running_bound, max_wait=winner.max_wait,
+                             try_number=race.try_number)
+            return _job_ended(plan, won, ended, earlier_try=False, effects=effects)
+        return WaitForJob(job_name=winner.job_name, effects=effects)
+    closes = tuple(_close_member(plan, state, m, "no_winner") for m in open_members)
+    kinds = [m.kind for m in event.members]
+    failed = next((m for m in event.members if m.kind in (Event.FAILED, Event.SUCCEEDED)), None)
+    if failed is not None and failed.kind is Event.FAILED:  # a member's code failed: never a capacity outcome
+        if plan.retry_on_user_code_failure:
+            failure = Failure("TrainingJobFailed", "a race member's training job failed (not a capacity problem: "
+                              "the others were cancelled; an Airflow retry submits a new race, "
+                              "retry_on_user_code_failure=True)", failed.job_name, failed.job_error)
+        else:
+            failure = Failure("TrainingJobFailedNoRetry", "a race member's training job failed (not a capacity "
+                              "problem: the others were cancelled, not resubmitted, not retried by Airflow: "
+                              "retry_on_user_code_failure=False)", failed.job_name, failed.job_error)
+        return Fail(failure=failure, effects=closes)
+    if all(k is Event.CANCELLED for k in kinds):  # nobody's capacity outcome: cancelled outside the race
+        if earlier_try:
+            note = Note("info", "every member of the race an earlier try submitted was cancelled (the task was "
+                                "cleared or marked failed): starting a new race")
+            return _start(plan, position, event.now, (*closes, note))
+        return Fail(failure=Failure("TrainingJobCancelled", "every member of the race was cancelled outside this task",
+                                    event.members[0].job_name if event.members else None), effects=closes)
+    why = "; ".join(f"[{m.index}] {m.kind.value if m.kind else 'active'}"
+                    + (f" ({m.running_bound})" if m.running_bound else "") for m in event.members)
+    failure = Failure("CapacityWaitExpired" if any(k is Event.CAPACITY_TIMEOUT for k in kinds) else "CapacityUnavailable",
+                      f"no member of the race got its GPUs: {why}")
+    return _fall_back(plan, position, failure, event.now, closes)

@@ -20,6 +20,7 @@ Steps are typed objects, or plain dicts whose keys are the operators' own argume
     {"strategy": "STANDARD"}
     {"strategy": "RESERVATION", "reservation": "projects/p/zones/us-central1-a/reservations/h100-nightly"}
     {"strategy": "RESERVATION", "reservation": "ANY"}
+    {"race": [{"strategy": "FLEX_START", "locations": ["us-east4"]}, {"strategy": "SPOT"}]}  # RaceStep
 
 Any step takes ``region_order="observed"``: its locations are tried in the order of the capacity
 this installation observed there recently (:mod:`.observed`), instead of as given.
@@ -253,6 +254,9 @@ def parse_plan(values: Any, ignore_templates: bool = False) -> list[Step]:
     steps, problems = [], []
     for index, value in enumerate(values):
         try:
+            if isinstance(value, RaceStep) or (isinstance(value, dict) and "race" in value):
+                steps.append(parse_race(value, f"plan[{index}]", ignore_templates))
+                continue
             steps.append(parse_step(value, f"plan[{index}]", ignore_templates))
         except PlanError as exc:
             problems += exc.violations
@@ -294,3 +298,73 @@ def running_bound(step: Step, since: datetime, deadline: datetime | None = None,
 
 def _seconds(value: timedelta) -> str:
     return f"{value.total_seconds():g}s"
+
+
+# ---------------------------------------------------------------------------------------- races
+
+RACE_STRATEGIES = ("FLEX_START", "SPOT", "STANDARD")  # a persistent pool's capacity is known before submitting
+
+
+@dataclass(frozen=True)
+class RaceStep(Step):
+    """A hedged race: every member is submitted at once (each under its own submission key),
+    the first to reach RUNNING wins and the others are cancelled at once; when every member
+    ends on a capacity outcome, the plan moves on. ``{"race": [step, step, ...]}``.
+
+    Rules (:func:`parse_race`): at least 2 members; each a plain FLEX_START, SPOT or STANDARD
+    step (no nested race, no persistent resource: its free replicas are read before a
+    submission, so it is a step of its own before the race); each runs in one region, its
+    ``locations`` holding at most one (none: the operator's location). To race two regions,
+    list one member per region. A race is one position of the plan: the race itself has no
+    ``locations``, and ``regions_first`` orders it like any step.
+    """
+
+    strategy: ClassVar[str] = "RACE"
+    members: tuple[Step, ...] = ()
+
+    def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
+        return self.members[0].scheduling(timeout, max_wait)  # a job built for the race as a whole: its first member's
+
+    def member_location(self, index: int, default: str) -> str:
+        locations = self.members[index].locations
+        return locations[0] if locations else default
+
+    def describe(self) -> str:
+        return "RACE(" + " | ".join(m.describe() + (f"@{m.locations[0]}" if m.locations else "")
+                                   for m in self.members) + ")"
+
+
+def parse_race(value: RaceStep | dict[str, Any], path: str = "plan[0]", ignore_templates: bool = False) -> RaceStep:
+    """A race step from ``{"race": [step, ...]}``; errors name the member and the rule."""
+    if isinstance(value, RaceStep):
+        members: Any = list(value.members)
+        extra: list[str] = []
+    else:
+        members = value.get("race")
+        extra = sorted(k for k in value if k != "race")
+    problems = [Violation(f"{path}.{k}", "is not a key of a race step (it takes only: race, a list of steps)")
+                for k in extra]
+    if not isinstance(members, (list, tuple)) or len(members) < 2:
+        got = len(members) if isinstance(members, (list, tuple)) else type(members).__name__
+        raise PlanError([*problems, Violation(f"{path}.race", f"must be a list of at least 2 steps (got {got})")])
+    parsed = []
+    for index, member in enumerate(members):
+        where = f"{path}.race[{index}]"
+        if isinstance(member, RaceStep) or (isinstance(member, dict) and "race" in member):
+            problems.append(Violation(where, "a race member is a plain step: races do not nest"))
+            continue
+        try:
+            step = parse_step(member, where, ignore_templates)
+        except PlanError as exc:
+            problems += exc.violations
+            continue
+        if step.strategy not in RACE_STRATEGIES:
+            problems.append(Violation(f"{where}.strategy", f"a race member is one of {', '.join(RACE_STRATEGIES)} "
+                                                           f"(got {step.strategy}: put it as a step before the race)"))
+        if len(step.locations) > 1:
+            problems.append(Violation(f"{where}.locations", "a race member runs in one region (got "
+                                                            f"{len(step.locations)}): list one member per region"))
+        parsed.append(step)
+    if problems:
+        raise PlanError(problems)
+    return RaceStep(members=tuple(parsed))

@@ -6,5 +6,6 @@ May import: triggers; airflow.
 
 from airflow_gpu_sched.triggers.capacity import PersistentCapacityTrigger
 from airflow_gpu_sched.triggers.job import CustomJobTrigger
+from airflow_gpu_sched.triggers.race import RaceTrigger
 
-__all__ = ["CustomJobTrigger", "PersistentCapacityTrigger"]
+__all__ = ["CustomJobTrigger", "PersistentCapacityTrigger", "RaceTrigger"]

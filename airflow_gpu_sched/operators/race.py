@@ -1,0 +1,283 @@
+"""The I/O of a hedged race (a plan's ``{"race": [...]}`` step), carried out for the operator.
+
+The decisions are :mod:`plan_engine`'s (``ReadRaceQuotas``, ``SubmitRace``, ``WaitForRace``;
+``CloseMember``, ``Won``); this module reads the quotas, creates the members, waits for them
+with one :class:`~airflow_gpu_sched.triggers.race.RaceTrigger`, and keeps the ledger's ``race``
+block (:mod:`ledger`):
+
+- each member's submission key is saved before its create, its job name right after: a
+  worker killed between two creates leaves the names made and the key of the one in flight, so
+  the next try re-attaches to what exists (a key with no name is looked up by its label) and
+  creates only the missing members;
+- a loser's attempt (and each member's, when the race had no winner) is recorded from a GET of
+  its job once the trigger followed it to its end: queued time, and for one that started before
+  its cancel landed, run time and GPU-hours (estimates from the job's timestamps, as for every
+  attempt: :mod:`accounting`); the record and the member's ``closed`` mark go in one write.
+
+May import: vertex, orchestration, triggers, operators; airflow.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu_sched.orchestration.accounting import attempt_record, console_url
+from airflow_gpu_sched.orchestration.job_types import job_type_of
+from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, validate_event
+
+if TYPE_CHECKING:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
+
+RACE_KEY = "race"
+RACE_EVENTS = ("race_won", "race_ended", "error")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _try_number(context: Any) -> int | None:
+    return getattr(context.get("ti"), "try_number", None)
+
+
+def _block(ledger: SubmissionLedger) -> dict[str, Any]:
+    return ledger.data.get(RACE_KEY) or {}
+
+
+def _member(ledger: SubmissionLedger, index: int, create: bool = False) -> dict[str, Any] | None:
+    race = ledger.data.setdefault(RACE_KEY, {"try": None, "winner": None, "members": []}) if create \
+        else _block(ledger)
+    member = next((m for m in race.get("members", []) if m["index"] == index), None)
+    if member is None and create:
+        member = {"index": index, "key": None, "job_name": None, "running_by": None, "why": None, "closed": False}
+        race["members"].append(member)
+    return member
+
+
+def in_flight(ledger: SubmissionLedger) -> bool:
+    race = _block(ledger)
+    return race.get("winner") is None and bool(race.get("members")) and \
+        not all(m.get("closed") for m in race["members"])
+
+
+def member_jobs(ledger: SubmissionLedger) -> list[str]:
+    """The race's jobs not yet recorded (what a kill in sync mode cancels)."""
+    return [m["job_name"] for m in _block(ledger).get("members", []) if m.get("job_name") and not m.get("closed")]
+
+
+# ---------------------------------------------------------------------------------------- actions
+
+
+def act(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Action) -> tuple[Any, Any]:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    if isinstance(action, engine.ReadRaceQuotas):
+        too_low, unreadable = [], []
+        for entry in action.members:
+            read = op._read_quota(entry.step, entry.location)
+            if read.unreadable:
+                unreadable.append(entry.index)
+            elif read.too_low:
+                too_low.append((entry.index, read.too_low))
+        return engine.RaceQuotasRead(now=_now(), too_low=tuple(too_low), unreadable=tuple(unreadable)), None
+    if isinstance(action, engine.SubmitRace):
+        return _submit(op, context, ledger, action), None
+    if isinstance(action, engine.WaitForRace):
+        for wait in action.members:  # kept across tries: a re-attached trigger enforces the same instants
+            member = _member(ledger, wait.index, create=True)
+            member.update(running_by=wait.running_by, why=wait.why)
+        ledger.save()
+        return race_event(op, context, wait_for_race(op, context, action))
+    raise TypeError(f"not a race action: {action!r}")
+
+
+def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.SubmitRace) -> engine.RaceCreated:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.vertex.client import QuotaExceededError
+
+    if action.new or not ledger.data.get(RACE_KEY):
+        ledger.data[RACE_KEY] = {"try": _try_number(context), "winner": None, "members": []}
+        ledger.save()
+    for entry in action.members:  # every member of the race, before the first create: a retry knows what is missing
+        _member(ledger, entry.index, create=True)
+    ledger.save()
+    refused = []
+    for entry in action.members:
+        member = _member(ledger, entry.index, create=True)
+        if member.get("job_name"):
+            continue
+        try:
+            submit_member(op, context, ledger, entry)
+        except QuotaExceededError as exc:
+            if not exc.is_resource_quota:
+                raise
+            member["closed"] = True  # its no-job attempt is the engine's Close
+            ledger.save()
+            refused.append((entry.index, exc.message, str(exc)))
+    jobs = tuple((m["index"], m["job_name"]) for m in _block(ledger)["members"]
+                 if m.get("job_name") and not m.get("closed"))
+    return engine.RaceCreated(now=_now(), jobs=jobs, refused=tuple(refused))
+
+
+def submit_member(op: Any, context: Any, ledger: SubmissionLedger, entry: engine.RaceEntry) -> str:
+    """Create one member under its own submission key (saved first; an ambiguous create is
+    reconciled by that key's label, as a single job's); its name is saved before anything else."""
+    from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS
+    from airflow_gpu_sched.vertex.client import AmbiguousCreateError
+
+    member = _member(ledger, entry.index, create=True)
+    if not member.get("key"):
+        member["key"] = uuid.uuid4().hex
+        ledger.save()
+    key = member["key"]
+    job = op.validated_job(context, key, entry.step, entry.max_wait)
+    client = op.client(entry.location)
+    for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
+        try:
+            created = op.job_kind.create(client, op.job_kind.body(job, op.job_options()))
+            break
+        except AmbiguousCreateError as exc:
+            created = op._find_by_key(key, entry.location)
+            if created is not None:
+                break
+            if attempt == AMBIGUOUS_CREATE_ATTEMPTS:
+                raise
+            op.log.warning("create of race member %s was ambiguous (%s) and no job carries its key: creating again",
+                           entry.index, exc)
+    member["job_name"] = created.name
+    ledger.save()
+    op.log.info("race member %s (%s in %s): created %s", entry.index, entry.step.strategy, entry.location,
+                created.name)
+    return created.name
+
+
+def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], ...] | None:
+    """At a try's start, each member of a race in flight: its job (by name, or by its key's
+    label when the try that created it died before saving the name), or None."""
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.vertex.client import NotFoundError
+
+    if not in_flight(ledger):
+        return None
+    found = []
+    step_location = op.positions()[int(ledger.data.get("position", 0))][1]
+    for member in _block(ledger)["members"]:
+        if member.get("closed"):
+            continue
+        resource, by_key = None, False
+        if member.get("job_name"):
+            try:
+                resource = job_type_of(member["job_name"]).get(op.client(member["job_name"].split("/")[3]),
+                                                              member["job_name"])
+            except NotFoundError:
+                resource = None
+        elif member.get("key"):
+            step = op.plan[int(ledger.data.get("position", 0))]
+            location = step.member_location(member["index"], step_location)
+            resource, by_key = op._find_by_key(member["key"], location), True
+            if resource is not None:
+                member["job_name"] = resource.name
+                ledger.save()
+        if resource is None:
+            found.append((member["index"], None))
+            continue
+        view = job_type_of(resource.name).view(resource)
+        found.append((member["index"], engine.Found(job_name=view.name, state=view.state.value, by_key=by_key)))
+    return tuple(found)
+
+
+def wait_for_race(op: Any, context: Any, action: engine.WaitForRace) -> dict[str, Any]:
+    """Wait for every member with one trigger (deferred, or the same trigger in this process)."""
+    from airflow_gpu_sched.operators.running import first_event
+    from airflow_gpu_sched.triggers.race import RaceTrigger
+
+    trigger = RaceTrigger([w.job_name for w in action.members], [w.index for w in action.members], op.gcp_conn_id,
+                          op.poll_interval, op.transient_error_window, running_by=[w.running_by for w in action.members],
+                          bound_reasons=[w.why for w in action.members], impersonation_chain=op.impersonation_chain)
+    op._race_jobs = [w.job_name for w in action.members]
+    if op.deferrable:
+        op.defer(trigger=trigger, method_name="execute_race")
+    return first_event(trigger)
+
+
+def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, Any]:
+    """The race trigger's event, checked, as the plan's event (and the winner's resource when it ended)."""
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    if not isinstance(payload, dict) or payload.get("status") not in RACE_EVENTS:
+        raise ValueError(f"malformed race trigger event: {payload!r}")
+    try_number = _try_number(context)
+    if payload["status"] == "error":
+        return engine.RaceEnded(now=_now(), winner=None, members=(), error=payload.get("message") or "unreachable",
+                                try_number=try_number), None
+    members, ended = [], None
+    for m in payload["members"]:
+        if m.get("event") is None:
+            members.append(engine.MemberEnded(index=int(m["index"]), job_name=m["job_name"], kind=None,
+                                              by_race=bool(m.get("by_race"))))
+            continue
+        validate_event(m["event"], JOB_EVENTS)
+        job, resource = op._job_event(context, m["event"])
+        if m["index"] == payload.get("winner"):
+            ended = resource
+        members.append(engine.MemberEnded(
+            index=int(m["index"]), job_name=m["job_name"], kind=job.kind, by_race=bool(m.get("by_race")),
+            job_state=job.job_state, job_error=job.job_error, message=job.message, restarts=job.restarts,
+            running_bound=job.running_bound, max_wait=job.max_wait))
+    return engine.RaceEnded(now=_now(), winner=payload.get("winner"), members=tuple(members),
+                            try_number=try_number), ended
+
+
+# ---------------------------------------------------------------------------------------- effects
+
+
+def carry_out(op: Any, ledger: SubmissionLedger, effect: Any, context: Any = None) -> None:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    if isinstance(effect, engine.CloseMember):
+        close_member(op, ledger, effect)
+    elif isinstance(effect, engine.Won):
+        race = _block(ledger)
+        member = _member(ledger, effect.index) or {}
+        race["winner"] = effect.index
+        ledger.data.update(job_name=effect.job_name, submission_key=member.get("key"), job_try=race.get("try"),
+                           running_bound=None)
+        ledger.save()
+        op._job_name = effect.job_name
+        op._race_jobs = []
+        ti = context.get("ti") if context is not None else None
+        if ti is not None:
+            from airflow_gpu_sched.operators.links import LINKS_KEY, console_links
+
+            ti.xcom_push(key="job_name", value=effect.job_name)
+            ti.xcom_push(key="console_url", value=console_url(effect.job_name))
+            ti.xcom_push(key=LINKS_KEY, value=console_links(effect.job_name, None))
+
+
+def close_member(op: Any, ledger: SubmissionLedger, close: engine.CloseMember) -> None:
+    """A member's attempt, from its job as it ended (a GET: the list views carry no pools)."""
+    kind = job_type_of(close.job_name)
+    resource = kind.get(op.client(close.location), close.job_name)
+    job = kind.view(resource)
+    record = attempt_record(job, close.strategy, close.outcome, close.restarts, kind.gpu_hours(resource))
+    record.update(position=close.position, location=close.location, race=close.race, race_member=close.index)
+    if close.state:
+        record.update(state=close.state, error=close.error)
+    member = _member(ledger, close.index)
+    if member is not None:
+        member["closed"] = True
+    ledger.data["attempts"] = [*ledger.attempts, record]  # one write with the member's mark
+    ledger.save()
+    op.log.info("race member %s %s: %s, queued %.0fs, ran %.0fs, %.3f GPU-hours", close.index,
+                "lost, cancelled" if close.race == "lost" else "ended", job.state.value if job.state else "?",
+                record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
+
+
+def mark_winner(ledger: SubmissionLedger, record: dict[str, Any]) -> None:
+    """The winner's attempt (and a SPOT winner's resubmissions) carry ``race: "won"``."""
+    race = _block(ledger)
+    if race.get("winner") is not None:
+        record.update(race="won", race_member=race["winner"])

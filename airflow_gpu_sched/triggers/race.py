@@ -1,0 +1,240 @@
+"""Wait for every member of a hedged race at once, in the triggerer's event loop: one trigger,
+each member watched through the shared poller of its region (:mod:`.poller`), exactly as a
+:class:`~airflow_gpu_sched.triggers.job.CustomJobTrigger` watches one job.
+
+The first member seen RUNNING wins (``startTime`` set: RUNNING at least once, so one that ran
+and ended between two polls wins too). The tie rule, when several are seen started at once
+(one poll, or the polls of two regions before the trigger looked): the earliest ``startTime``,
+then the member order. A member CANCELLING or CANCELLED never wins: after a triggerer restart
+the members this trigger already cancelled stay lost, so the same winner is kept. The others
+are cancelled at once and followed to their end (at most :data:`CANCEL_SETTLE`), so that their
+queued and run times are final when the operator records them; then one event:
+
+- ``{"status": "race_won", "winner": i, "members": [...]}``;
+- ``{"status": "race_ended", "winner": null, "members": [...]}``: every member ended without
+  running (capacity outcomes, cancels), or one failed for its code (the others cancelled);
+- ``{"status": "error", "message": ...}``: the API stayed unreachable past the window.
+
+Each member: ``{"index", "job_name", "job": the job as last seen, "event": its job event
+(:func:`outcomes.event_for_job`'s payload) once it ended, else null, "by_race": cancelled by
+this race as a loser}``. A member past its own bound before RUNNING (``running_by``) is
+cancelled and ends as ``capacity_timeout`` with ``running_bound``, as a single job's trigger
+does. ``on_kill`` (a user cleared or failed the task) cancels every member; a triggerer restart
+cancels nothing and, from the serialized members, watches all of them again.
+
+May import: vertex, orchestration, triggers; airflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_gpu_sched.orchestration.outcomes import Event, error_event
+from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
+from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, ON_KILL_TIMEOUT, CustomJobTrigger, cancel_quietly
+
+RACE_WON, RACE_ENDED = "race_won", "race_ended"
+_LOST_STATES = ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+
+
+class RaceTrigger(BaseTrigger):
+    """Waits for the members ``job_names`` (by member index ``indices``) of one race."""
+
+    def __init__(self, job_names: list[str], indices: list[int] | None = None,
+                 gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
+                 transient_error_window: float = TRANSIENT_ERROR_WINDOW, running_by: list[float | None] | None = None,
+                 bound_reasons: list[str | None] | None = None, polling: str = BATCHED,
+                 impersonation_chain: str | list[str] | None = None):
+        super().__init__()
+        if len(job_names) < 1:
+            raise ValueError("a race trigger watches at least one member")
+        self.job_names = list(job_names)
+        self.indices = list(indices) if indices is not None else list(range(len(job_names)))
+        self.gcp_conn_id = gcp_conn_id
+        self.poll_interval = float(poll_interval)
+        self.transient_error_window = float(transient_error_window)
+        self.running_by = [None if b is None else float(b) for b in (running_by or [None] * len(job_names))]
+        self.bound_reasons = list(bound_reasons or [None] * len(job_names))
+        self.polling = polling
+        self.impersonation_chain = list(impersonation_chain) if isinstance(impersonation_chain, (list, tuple)) \
+            else impersonation_chain
+        # one single-job trigger per member: its news (shared poller), its GET, its job type
+        self._members = [CustomJobTrigger(name, gcp_conn_id, poll_interval, transient_error_window, polling=polling,
+                                          running_by=by, bound_reason=why, impersonation_chain=impersonation_chain)
+                         for name, by, why in zip(self.job_names, self.running_by, self.bound_reasons)]
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "job_names": self.job_names, "indices": self.indices, "gcp_conn_id": self.gcp_conn_id,
+            "poll_interval": self.poll_interval, "transient_error_window": self.transient_error_window,
+            "running_by": self.running_by, "bound_reasons": self.bound_reasons, "polling": self.polling,
+            "impersonation_chain": self.impersonation_chain,
+        })
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        streams = [member._news() for member in self._members]
+        tasks = [asyncio.ensure_future(self._pump(slot, stream, queue)) for slot, stream in enumerate(streams)]
+        try:
+            event = await self._decide(queue)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await task
+            for stream in streams:
+                await stream.aclose()  # leave the shared pollers now
+        yield TriggerEvent(event)
+
+    @staticmethod
+    async def _pump(slot: int, stream: AsyncIterator[Any], queue: asyncio.Queue) -> None:
+        async for item in stream:
+            queue.put_nowait((slot, item))
+
+    async def _decide(self, queue: asyncio.Queue) -> dict[str, Any]:
+        from airflow_gpu_sched.vertex.client import NotFoundError
+
+        n = len(self._members)
+        watches = [JobWatch(name, self.transient_error_window) for name in self.job_names]
+        seen: list[Any] = [None] * n  # the latest resource of each member
+        by_race: set[int] = set()
+        bounded: dict[int, str] = {}  # slot -> the bound's cancel note
+        winner: int | None = None
+        decided_at: float | None = None
+        while True:
+            wake = self._wake(seen, bounded, decided_at)
+            try:
+                news = [await asyncio.wait_for(queue.get(), None if wake is None else max(0.0, wake - time.time()))]
+            except asyncio.TimeoutError:  # no news by a bound (or the settle time): look at the members now
+                news = []
+                for s in range(n):
+                    if seen[s] is None or not self._view(s, seen[s]).is_terminal():
+                        got = await self._members[s]._get_now()
+                        if not isinstance(got, Exception):
+                            seen[s] = got
+            else:
+                # one poll tells every watcher of its region at once: let their pumps run, then take
+                # all that came, so that members seen RUNNING in one poll are decided together
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                while not queue.empty():
+                    news.append(queue.get_nowait())
+            for slot, item in news:
+                if isinstance(item, NotFoundError):
+                    return error_event(f"{self.job_names[slot]} no longer exists: {item}", self.job_names[slot])
+                if isinstance(item, Exception):
+                    if watches[slot].failed_poll(item):
+                        self.log.warning("poll of %s failed, retrying: %s", self.job_names[slot], item)
+                        continue
+                    return error_event(watches[slot].unreachable_message(item), self.job_names[slot])
+                line = watches[slot].observe(self._view(slot, item))
+                if line:
+                    self.log.info(line)
+                seen[slot] = item
+            if decided_at is None:
+                for s in range(n):  # each member's own bound before RUNNING
+                    if s not in bounded and seen[s] is not None and \
+                            past_running_bound(self._view(s, seen[s]), self.running_by[s], time.time()):
+                        bounded[s] = await self._cancel(s, "bound", seen[s])
+                winner = self._winner(seen, bounded)
+                failed = next((s for s in range(n) if seen[s] is not None and self._kind(s, seen[s]) is Event.FAILED),
+                              None)
+                if winner is not None or failed is not None:
+                    for s in range(n):  # the others, at once
+                        if s != winner and s not in bounded and s not in by_race and \
+                                (seen[s] is None or not self._view(s, seen[s]).is_terminal()):
+                            await self._cancel(s, "lost")
+                            by_race.add(s)
+                    decided_at = time.time()
+            others_done = all(seen[s] is not None and self._view(s, seen[s]).is_terminal()
+                              for s in range(n) if s != winner)
+            settled = decided_at is not None and time.time() >= decided_at + CANCEL_SETTLE
+            if others_done or settled:
+                return self._event(seen, winner, by_race, bounded, watches)
+
+    def _view(self, slot: int, item: Any) -> Any:
+        return self._members[slot].job_type.view(item)
+
+    def _kind(self, slot: int, item: Any) -> Event | None:
+        from airflow_gpu_sched.orchestration.outcomes import event_kind
+
+        return event_kind(self._view(slot, item))
+
+    def _winner(self, seen: list[Any], bounded: dict[int, str]) -> int | None:
+        """The earliest ``startTime`` among the members that ran and were not cancelled, then member order."""
+        started = []
+        for slot, item in enumerate(seen):
+            if item is None or slot in bounded:
+                continue
+            view = self._view(slot, item)
+            state = view.state.value if view.state else ""
+            if has_run(view) and state not in _LOST_STATES:
+                started.append((view.start_time.timestamp() if view.start_time else float("inf"),
+                                self.indices[slot], slot))
+        return min(started)[2] if started else None
+
+    def _wake(self, seen: list[Any], bounded: dict[int, str], decided_at: float | None) -> float | None:
+        if decided_at is not None:
+            return decided_at + CANCEL_SETTLE
+        bounds = [by for slot, by in enumerate(self.running_by)
+                  if by is not None and slot not in bounded and not (seen[slot] is not None and
+                                                                      has_run(self._view(slot, seen[slot])))]
+        if not bounds:
+            return None
+        soonest = min(bounds)
+        return soonest if soonest > time.time() else time.time() + self.poll_interval
+
+    async def _cancel(self, slot: int, why: str, item: Any = None) -> str:
+        from airflow_gpu_sched.triggers.job import async_client
+        from airflow_gpu_sched.vertex.client import VertexError
+
+        name = self.job_names[slot]
+        if why == "bound":
+            note = self._members[slot]._bound_message(self._view(slot, item))
+            self.log.warning(note)
+        else:
+            note = f"{name} lost the race: cancelled"
+            self.log.info(note)
+        client = await async_client(name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                    self.impersonation_chain)
+        try:
+            await cancel_quietly(client, name)
+        except VertexError as exc:  # the operator records it as seen; a retry re-attaches and cancels
+            self.log.warning("cancelling %s failed: %s", name, exc)
+        return note
+
+    def _event(self, seen: list[Any], winner: int | None, by_race: set[int], bounded: dict[int, str],
+               watches: list[JobWatch]) -> dict[str, Any]:
+        members = []
+        for slot, item in enumerate(seen):
+            member: dict[str, Any] = {"index": self.indices[slot], "job_name": self.job_names[slot],
+                                      "job": None, "event": None, "by_race": slot in by_race}
+            if item is not None:
+                view = self._view(slot, item)
+                member["job"] = view.to_api()
+                if view.is_terminal():
+                    event = self._members[slot].job_type.event(item, watches[slot].observed_restarts)
+                    if slot in bounded and view.state.value == "JOB_STATE_CANCELLED":
+                        event = {**event, "status": Event.CAPACITY_TIMEOUT.value, "message": bounded[slot],
+                                 "running_bound": self.bound_reasons[slot] or "running_by"}
+                    member["event"] = event
+            members.append(member)
+        status = RACE_WON if winner is not None else RACE_ENDED
+        return {"status": status, "winner": None if winner is None else self.indices[winner], "members": members}
+
+    async def on_kill(self) -> None:
+        """A user marked the task failed/success or cleared it: cancel every member."""
+        from airflow_gpu_sched.triggers.job import async_client
+
+        self.log.info("task killed by a user: cancelling every race member: %s", ", ".join(self.job_names))
+        for name in self.job_names:
+            client = await async_client(name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                        self.impersonation_chain)
+            await asyncio.wait_for(cancel_quietly(client, name), ON_KILL_TIMEOUT)

@@ -1,0 +1,324 @@
+"""Hedged races (a plan's ``{"race": [...]}`` step) at the wire: ``dag.test()`` against the
+emulator, asserting on the emulator's own records (which jobs it made, which it cancelled)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import requests
+
+from tests.airflow_harness import run_dag
+from tests.conftest import FAST, LOCATION, PROJECT
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+EAST, WEST = "us-east4", "us-west1"
+LEDGER = "airflow_gpu_sched.ledger"
+
+
+@pytest.fixture
+def airflow(airflow_db, fast_emulator):
+    return fast_emulator
+
+
+def _operator(plan, cls=None, **kw):
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    return (cls or GpuTrainingOperator)(
+        task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+        base_output_dir="gs://bucket/race", plan=plan, **{"poll_interval": 0.02, **A100, **kw})
+
+
+def _jobs(emulator, location: str) -> list[dict]:
+    return requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{location}/customJobs",
+                        timeout=5).json().get("customJobs", [])
+
+
+def _every_job(emulator) -> list[dict]:
+    return [j for loc in (LOCATION, EAST, WEST) for j in _jobs(emulator, loc)]
+
+
+RACE = {"race": [{"strategy": "FLEX_START", "max_wait_duration": "2h"},
+                 {"strategy": "FLEX_START", "max_wait_duration": "2h", "locations": [EAST]},
+                 {"strategy": "SPOT", "locations": [WEST]}]}
+
+
+def test_the_member_whose_region_has_capacity_wins_and_the_others_are_cancelled(airflow):
+    from airflow.sdk import DAG
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    airflow.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0)  # only us-west1's SPOT has GPUs
+    with DAG("race_wins", schedule=None, start_date=START) as dag:
+        _operator([RACE, {"strategy": "STANDARD"}])
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success", result.tasks
+    training = result["train"].return_value
+    jobs = {j["name"]: j for j in _every_job(airflow)}
+    assert len(jobs) == 3 and airflow.stats()["jobsCreated"] == {"FLEX_START": 2, "SPOT": 1}
+    winner = jobs[training["job_name"]]
+    assert f"/locations/{WEST}/" in winner["name"] and winner["state"] == "JOB_STATE_SUCCEEDED"
+    losers = [j for n, j in jobs.items() if n != winner["name"]]
+    assert [j["state"] for j in losers] == ["JOB_STATE_CANCELLED"] * 2
+    assert all("startTime" not in j for j in losers)  # they never got their GPUs
+    # accounting: each loser with its queued time, the winner last (the task's job)
+    assert [a.get("race") for a in training["attempts"]] == ["lost", "lost", "won"]
+    assert all(a["queued_seconds"] > 0 and a["run_seconds"] == 0 for a in training["attempts"][:2])
+    assert training["strategy"] == "SPOT" and training["attempts"][-1]["location"] == WEST
+    assert training["hedging"]["cancelled"] == 2
+    # every member carries its own submission key
+    keys = {j["labels"]["gpu-sched-submission"] for j in jobs.values()}
+    assert len(keys) == 3
+
+
+def test_when_every_member_ends_on_a_capacity_outcome_the_plan_moves_on(airflow):
+    from airflow.sdk import DAG
+
+    for region in (LOCATION, EAST):
+        airflow.set_capacity(region, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    with DAG("race_spent", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START", "max_wait_duration": "60s"},
+                             {"strategy": "SPOT", "locations": [EAST], "capacity_wait_timeout": 0.5}]},
+                   {"strategy": "STANDARD"}])
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success", result.tasks
+    training = result["train"].return_value
+    assert training["strategy"] == "STANDARD"
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1, "STANDARD": 1}
+    states = [(a["strategy"], a["state"], a.get("race")) for a in training["attempts"]]
+    assert states[:2] == [("FLEX_START", "JOB_STATE_FAILED", "no_winner"),
+                          ("SPOT", "CAPACITY_TIMEOUT", "no_winner")]
+    assert states[2][:2] == ("STANDARD", "JOB_STATE_SUCCEEDED")
+
+
+def test_a_worker_killed_between_two_creates_re_attaches_and_creates_only_the_missing_member(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator, race
+
+    real = race.submit_member
+
+    def dies_after_the_first_create(op, context, ledger, entry):
+        name = real(op, context, ledger, entry)
+        if context["ti"].try_number == 1 and entry.index == 0:
+            raise SystemExit("worker killed")
+        return name
+
+    class Killed(GpuTrainingOperator):
+        pass
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with DAG("race_killed", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}], cls=Killed,
+                  retries=1, retry_delay=timedelta(0))
+    race.submit_member = dies_after_the_first_create
+    try:
+        result = run_dag(dag, logical_date=START)
+    finally:
+        race.submit_member = real
+    assert result.state == "success" and result["train"].try_number == 2
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}  # no duplicate of member 0
+    jobs = _every_job(airflow)
+    assert sorted(j["state"] for j in jobs) == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"]
+    flex = next(j for j in jobs if j["jobSpec"]["scheduling"]["strategy"] == "FLEX_START")
+    assert flex["labels"]["airflow-try"] == "1" and flex["state"] == "JOB_STATE_CANCELLED"
+
+
+def test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by_label(airflow):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import race
+
+    real_save = race.submit_member
+
+    def dies_before_the_name_is_saved(op, context, ledger, entry):
+        if context["ti"].try_number == 1 and entry.index == 1:
+            saved = ledger.save
+            ledger.save = lambda: (_ for _ in ()).throw(SystemExit("worker killed")) \
+                if ledger.data["race"]["members"][-1].get("job_name") else saved()
+        return real_save(op, context, ledger, entry)
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    with DAG("race_killed_key", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}],
+                  retries=1, retry_delay=timedelta(0))
+    race.submit_member = dies_before_the_name_is_saved
+    try:
+        result = run_dag(dag, logical_date=START)
+    finally:
+        race.submit_member = real_save
+    assert result.state == "success" and result["train"].try_number == 2
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}  # the SPOT member was found by its key
+    assert result["train"].return_value["strategy"] == "SPOT"
+
+
+def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order(airflow):
+    from airflow.sdk import DAG
+
+    # one region, no GPUs for either strategy until emulated second 100, when both get theirs at
+    # the same instant: the region's one list call (the shared poller) shows both RUNNING, started
+    # at the same time; the tie goes to the member order
+    airflow.reset({**FAST, "provisioningSeconds": 0, "queueSeconds": 0})
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+
+    def gpus_for_both_once_both_wait():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = _jobs(airflow, LOCATION)
+            if len(jobs) == 2 and all(j["state"] == "JOB_STATE_QUEUED" for j in jobs):
+                airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=8, spot=8)  # one admission
+                return
+            time.sleep(0.02)
+
+    with DAG("race_tie", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "SPOT"}, {"strategy": "FLEX_START"}]}], deferrable=False,
+                  poll_interval=0.5, env={"EMULATOR_RUN_SECONDS": "500"})
+    helper = threading.Thread(target=gpus_for_both_once_both_wait, daemon=True)
+    helper.start()
+    result = run_dag(dag, logical_date=START)
+    helper.join()
+    assert result.state == "success", result.tasks
+    jobs = {j["name"]: j for j in _every_job(airflow)}
+    assert len(jobs) == 2 and {j["state"] for j in jobs.values()} == {"JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"}
+    kept = next(j for j in jobs.values() if j["state"] == "JOB_STATE_SUCCEEDED")
+    other = next(j for j in jobs.values() if j is not kept)
+    assert kept["startTime"] == other["startTime"]  # a tie
+    assert kept["jobSpec"]["scheduling"]["strategy"] == "SPOT"  # member 0
+    training = result["train"].return_value
+    loser = training["attempts"][0]
+    assert loser["race"] == "lost" and loser["run_seconds"] > 0 and loser["gpu_hours"] > 0  # it ran until cancelled
+    assert training["hedging"]["gpu_hours"] == loser["gpu_hours"]
+
+
+def test_a_race_is_checked_before_any_gpu_is_requested():
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
+
+    cases = {
+        "plan[0].race: must be a list of at least 2 steps": [{"race": [{"strategy": "SPOT"}]}],
+        "plan[0].race[1]: a race member is a plain step": [{"race": [{"strategy": "SPOT"}, {"race": []}]}],
+        "plan[0].race[0].locations: a race member runs in one region":
+            [{"race": [{"strategy": "SPOT", "locations": [LOCATION, EAST]}, {"strategy": "FLEX_START"}]}],
+        "plan[0].race[0].strategy: a race member is one of FLEX_START, SPOT, STANDARD":
+            [{"race": [{"strategy": "PERSISTENT_RESOURCE", "persistent_resource_id": "p"}, {"strategy": "SPOT"}]}],
+        "plan[0].race[1].max_preemption_retries": [{"race": [{"strategy": "SPOT"},
+                                                             {"strategy": "SPOT", "max_preemption_retries": -1}]}],
+        "plan[0].locations: is not a key of a race step":
+            [{"race": [{"strategy": "SPOT"}, {"strategy": "SPOT"}], "locations": [EAST]}],
+    }
+    for expected, plan in cases.items():
+        with pytest.raises(InvalidTrainingSpec) as info:
+            _operator(plan)
+        assert expected in str(info.value), (expected, str(info.value))
+
+
+# ---------------------------------------------------------------------------- the race trigger
+
+
+def _body(strategy: str, run_seconds: int = 30) -> dict:
+    from tests.test_triggers import _job
+
+    return _job(strategy, run_seconds)
+
+
+def _create_in(emulator, location: str, body: dict) -> str:
+    from airflow_gpu_sched.vertex.client import VertexClient
+
+    with VertexClient(location=location, project=PROJECT, api_endpoint=emulator.url) as client:
+        return client.create_custom_job(body).name
+
+
+def _state(emulator, name: str) -> str:
+    return requests.get(f"{emulator.url}/v1/{name}", timeout=5).json()["state"]
+
+
+def test_the_race_trigger_serializes_to_plain_json_and_round_trips():
+    import importlib
+
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    trigger = RaceTrigger(["projects/p/locations/a/customJobs/1", "projects/p/locations/b/customJobs/2"], [0, 2],
+                          "my_conn", 5.0, 60.0, running_by=[1.5e9, None], bound_reasons=["why", None])
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+    import json
+
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+async def test_a_triggerer_restart_keeps_watching_every_member_and_cancels_nothing(vertex_conn):
+    """The first triggerer dies while both members queue; the one started from the serialized
+    trigger sees member 1 get its GPUs, keeps it and cancels member 0."""
+    from tests.test_triggers import _first
+
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    emulator = vertex_conn
+    emulator.reset({**FAST, "provisioningSeconds": 0})
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    names = [_create_in(emulator, LOCATION, _body("FLEX_START")), _create_in(emulator, EAST, _body("SPOT", 3000))]
+    first = RaceTrigger(names, poll_interval=0.05)
+    with pytest.raises(asyncio.TimeoutError):  # the triggerer stops (cleanup, not on_kill)
+        await _first(first, timeout=0.5)
+    assert [_state(emulator, n) for n in names] == ["JOB_STATE_QUEUED"] * 2  # a restart cancels nothing
+    path, kwargs = first.serialize()
+    restarted = RaceTrigger(**kwargs)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", spot=8)
+    event = await _first(restarted)
+    assert event["status"] == "race_won" and event["winner"] == 1
+    assert [m["job_name"] for m in event["members"]] == names
+    assert event["members"][0]["by_race"] and event["members"][0]["event"]["status"] == "cancelled"
+    assert [_state(emulator, n) for n in names] == ["JOB_STATE_CANCELLED", "JOB_STATE_RUNNING"]
+
+
+async def test_a_killed_or_cleared_task_cancels_every_member(vertex_conn):
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    emulator = vertex_conn
+    emulator.reset(FAST)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0)
+    names = [_create_in(emulator, LOCATION, _body("SPOT", 3000)), _create_in(emulator, EAST, _body("FLEX_START"))]
+    await RaceTrigger(names, poll_interval=0.05).on_kill()
+    assert {_state(emulator, n) for n in names} <= {"JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"}
+
+
+async def test_a_member_past_its_bound_is_cancelled_and_when_all_are_the_race_ends_on_capacity(vertex_conn):
+    from tests.test_triggers import _first
+
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    emulator = vertex_conn
+    emulator.reset(FAST)
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", spot=0)
+    names = [_create_in(emulator, LOCATION, _body("SPOT")), _create_in(emulator, EAST, _body("SPOT"))]
+    soon = time.time() + 0.3
+    event = await _first(RaceTrigger(names, poll_interval=0.05, running_by=[soon, soon],
+                                     bound_reasons=["capacity_wait_timeout=0.3s of SPOT"] * 2))
+    assert event["status"] == "race_ended" and event["winner"] is None
+    assert [m["event"]["status"] for m in event["members"]] == ["capacity_timeout"] * 2
+    assert all(m["event"]["running_bound"] == "capacity_wait_timeout=0.3s of SPOT" for m in event["members"])
+
+
+def test_an_ambiguous_create_of_a_member_is_reconciled_by_its_key_and_the_retry_creates_only_the_rest(airflow):
+    """Sync mode, one task state store across two tries: every request of the first answers 503
+    after the service carried it out (a lost response), so the first member's create is
+    ambiguous and its lookup fails too; the next try finds it by its key's label."""
+    from airflow_gpu_sched.orchestration.errors import VertexUnreachable
+    from tests.test_operators import Store, context
+
+    plan = [{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}]
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    store = Store()
+    airflow.set_faults(error_rate=1.0, status_codes=[503], after_handler_rate=1.0)
+    with pytest.raises(VertexUnreachable):
+        _operator(plan, deferrable=False, transient_error_window=0.5, quota_preflight=False).execute(context(store))
+    airflow.clear_faults()
+    result = _operator(plan, deferrable=False, quota_preflight=False).execute(context(store))
+    assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}
+    assert result["strategy"] == "SPOT" and [a["race"] for a in result["attempts"]] == ["lost", "won"]
