@@ -102,9 +102,10 @@ def test_demo_runs_each_strategy_to_success():
     assert "spot        preempted" in result.stdout
 
 
+@pytest.mark.timeout(1200)  # a hang guard, not a speed check: seven DAGs, ~4 min on a quiet machine
 def test_the_main_job_runs_nightly_retraining_through_airflow_dags_test(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run([*CLI, "demo"], capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
+    result = subprocess.run([*CLI, "demo"], capture_output=True, text=True, timeout=1100, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "nightly_retraining jobs: QUEUED: 1" in out  # it waited for the FLEX_START capacity
