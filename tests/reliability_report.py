@@ -32,6 +32,16 @@ SECTIONS = [
      "(own process groups, working directories and host names), two schedulers, two triggerers, "
      "api-server, dag-processor (tests/e2e/celery_deployment.py). Against the emulator; assertions "
      "on the emulator's own records. — : the scenario is not run on that executor."),
+    ("Hedged races under faults", ["tests/e2e/test_races.py",
+                                   "tests/test_races.py::test_a_worker_killed_between_two_creates_re_attaches_and_creates_only_the_missing_member",
+                                   "tests/test_races.py::test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by_label",
+                                   "tests/test_races.py::test_an_ambiguous_create_of_a_member_is_reconciled_by_its_key_and_the_retry_creates_only_the_rest",
+                                   "tests/test_races.py::test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order"],
+     "A `{\"race\": [...]}` step: exactly one winner, every other member cancelled, one job per "
+     "submission key. Deployed (LocalExecutor on PostgreSQL): a triggerer restart mid-race, a race "
+     "task marked failed or cleared while it defers. Through `dag.test()` against the emulator: a "
+     "worker killed between two creates or between a key and its job name, an ambiguous create, "
+     "two members RUNNING in one poll."),
     ("Security", ["tests/e2e/test_security.py",
                   "tests/test_cli.py::test_emulator_refuses_a_non_loopback_host_unless_asked",
                   "tests/test_cli.py::test_emulator_binds_a_non_loopback_host_when_told_explicitly",

@@ -225,6 +225,28 @@ def test_quota_check_compares_each_step_and_region_with_the_quota(airflow, tmp_p
     assert code == 0 and "TOO LOW" not in out and "us-east4" in out
 
 
+RACE_DAG_FILE = DAG_FILE.replace(
+    '{{"strategy": "SPOT"}},',
+    '{{"race": [{{"strategy": "FLEX_START", "locations": ["europe-west4"]}}, {{"strategy": "SPOT", "locations": ["us-east4"]}}]}},')
+
+
+def test_plan_and_quota_check_show_every_member_of_a_race_in_its_own_region(airflow, tmp_path, capsys):
+    """A race submits all its members at once: each is checked, and needs its quota, in its region."""
+    path = tmp_path / "raced.py"
+    path.write_text(RACE_DAG_FILE.format(project=PROJECT, count=2))
+    code, out, _ = cli(capsys, "plan", "check", str(path), "--json")
+    rows = [(r["position"], r["step"].split(": ")[-1].split("(")[0], r["regions"], r["rules"])
+            for r in json.loads(out)]
+    assert code == 0
+    assert rows[1:3] == [(1, "FLEX_START", ["europe-west4"], ["general", "FLEX_START"]),
+                         (1, "SPOT", ["us-east4"], ["general", "SPOT"])], rows
+    airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 1, region="us-east4")
+    code, out, _ = cli(capsys, "quota", "check", str(path), "--json")
+    quota = {(r["step"], r["region"]): r["verdict"] for r in json.loads(out)}
+    assert code == 1 and quota["SPOT", "us-east4"] == "TOO LOW: needs 2, limit 1", quota
+    assert ("FLEX_START", "europe-west4") in quota and ("RACE", "us-central1") not in quota
+
+
 def _airflow() -> str:
     return str(Path(sys.executable).with_name("airflow"))
 

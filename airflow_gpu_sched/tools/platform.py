@@ -264,12 +264,23 @@ def plan_rows(task: Any) -> list[StepRow]:
 
     order = task.positions()
     rows = []
-    for index, step in enumerate(task.plan):
-        found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
-        rows.append(StepRow(task.dag_id, task.task_id, index, step.describe(),
-                            [region for i, region in order if i == index], rule_sets(task, step),
-                            [str(v) for v in found]))
+    for index, planned in enumerate(task.plan):
+        regions = [region for i, region in order if i == index]
+        for step, step_regions in _members(planned, regions, task.location):
+            found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
+            label = step.describe() if step is planned else f"{planned.describe()}: {step.describe()}"
+            rows.append(StepRow(task.dag_id, task.task_id, index, label, step_regions, rule_sets(task, step),
+                                [str(v) for v in found]))
     return rows
+
+
+def _members(step: Any, regions: list[str], default_location: str) -> list[tuple[Any, list[str]]]:
+    """A race's members, each with the one region it runs in (all submitted at once, so each
+    is checked and needs its quota); any other step as itself, with its regions."""
+    members = getattr(step, "members", None)
+    if not members:
+        return [(step, regions)]
+    return [(member, [step.member_location(i, default_location)]) for i, member in enumerate(members)]
 
 
 @dataclass(frozen=True)
@@ -294,8 +305,9 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
     parallel = task.job_kind.parallelism(task.job_options())
     rows: list[QuotaRow] = []
     infos_by_region: dict[str, Any] = {}
-    for index, region in task.positions():
-        step = task.plan[index]
+    checks = [member for index, region in task.positions()
+              for member in _members(task.plan[index], [region], task.location)]
+    for step, (region,) in checks:
         if step.strategy in NO_QUOTA_STRATEGIES:
             rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, "-", 0, None,
                                  "no quota: the persistent resource's VMs exist"))

@@ -100,17 +100,9 @@ def generate(discovery: dict | None = None) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["--regenerate"]:
-        print("usage: python -m airflow_gpu_sched.vertex.compute_schema --regenerate", file=sys.stderr)
-        return 2
-    from airflow_gpu_sched.vertex.request_schema import dumps
+    from airflow_gpu_sched.vertex.request_schema import regenerate_main
 
-    path = resources.files("airflow_gpu_sched.vertex") / "data" / TABLE
-    text = dumps(generate())
-    with open(str(path), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"wrote {path} ({len(text)} bytes)")
-    return 0
+    return regenerate_main(argv, "airflow_gpu_sched.vertex.compute_schema", TABLE, generate)
 
 
 if __name__ == "__main__":

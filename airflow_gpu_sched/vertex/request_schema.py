@@ -171,16 +171,22 @@ def dumps(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str]) -> int:
+def regenerate_main(argv: list[str], module: str, table: str, generate_table: Any) -> int:
+    """``python -m <module> --regenerate``: write ``vertex/data/<table>`` from ``generate_table()``
+    (this module's table and :mod:`.compute_schema`'s)."""
     if argv != ["--regenerate"]:
-        print("usage: python -m airflow_gpu_sched.vertex.request_schema --regenerate", file=sys.stderr)
+        print(f"usage: python -m {module} --regenerate", file=sys.stderr)
         return 2
-    path = resources.files("airflow_gpu_sched.vertex") / "data" / TABLE
-    text = dumps(generate())
+    path = resources.files("airflow_gpu_sched.vertex") / "data" / table
+    text = dumps(generate_table())
     with open(str(path), "w", encoding="utf-8") as fh:
         fh.write(text)
     print(f"wrote {path} ({len(text)} bytes)")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return regenerate_main(argv, "airflow_gpu_sched.vertex.request_schema", TABLE, generate)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A hedged race in Airflow as deployed (4 processes, LocalExecutor, PostgreSQL) against the
 emulator: a triggerer restart while every member queues cancels nothing and keeps watching all
-of them; the member that gets capacity wins and the other is cancelled. Asserted on the
-emulator's own records."""
+of them; the member that gets capacity wins and the other is cancelled; a race task marked
+failed or cleared while it defers cancels every member (a clear then races anew). Asserted on
+the emulator's own records."""
 
 from __future__ import annotations
 
@@ -48,7 +49,10 @@ def _jobs(emulator: EmulatorControl) -> list[dict]:
 
 
 def test_a_triggerer_restart_mid_race_keeps_watching_every_member_then_one_wins(airflow):
+    """A triggerer restart while both members queue cancels nothing; then the member whose region
+    gets capacity wins and the other is cancelled: two jobs, one SUCCEEDED, one CANCELLED."""
     emulator = airflow.emulator
+    emulator.reset(FAST)
     emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)
     emulator.set_capacity("us-east4", "NVIDIA_TESLA_A100", spot=0)
     airflow.wait_dag(DAG_ID)
@@ -68,3 +72,68 @@ def test_a_triggerer_restart_mid_race_keeps_watching_every_member_then_one_wins(
     assert jobs["us-east4"]["state"] == "JOB_STATE_SUCCEEDED"
     assert jobs["us-central1"]["state"] == "JOB_STATE_CANCELLED"
     assert emulator.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}
+
+
+def _wait_for_members(airflow: AirflowDeployment, run_id: str) -> list[dict]:
+    """Both members created and queued while the race task defers."""
+    airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=180)
+    deadline = time.monotonic() + 60
+    while len(_jobs(airflow.emulator)) < 2:
+        assert time.monotonic() < deadline, f"the race made {len(_jobs(airflow.emulator))} member(s)"
+        time.sleep(0.5)
+    jobs = _jobs(airflow.emulator)
+    assert sorted(j["state"] for j in jobs) == ["JOB_STATE_QUEUED"] * 2, jobs
+    return jobs
+
+
+def _wait_until_cancelled(airflow: AirflowDeployment, names: set[str]) -> None:
+    deadline = time.monotonic() + 45  # the trigger's on_kill cancels within a few poll intervals
+    while True:
+        states = {j["name"]: j["state"] for j in _jobs(airflow.emulator) if j["name"] in names}
+        if all(s in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED") for s in states.values()):
+            return
+        assert time.monotonic() < deadline, f"members not cancelled: {states}\n{airflow.logs()[-6000:]}"
+        time.sleep(0.5)
+
+
+def test_a_race_task_marked_failed_while_deferred_cancels_every_member(airflow):
+    """A deferred race task marked failed from the REST API: the trigger's on_kill cancels both
+    queued members (one cancel each), and nothing is submitted again."""
+    emulator = airflow.emulator
+    emulator.reset({**FAST, "queueSeconds": 100_000})  # neither member ever gets GPUs
+    run_id = airflow.trigger(DAG_ID)
+    members = {j["name"] for j in _wait_for_members(airflow, run_id)}
+    airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+    _wait_until_cancelled(airflow, members)
+    time.sleep(3)  # a late resubmission would show up here
+    assert {j["name"] for j in _jobs(emulator)} == members
+    assert emulator.stats()["cancels"] == 2
+
+
+def test_a_race_task_cleared_while_deferred_cancels_every_member_and_races_anew(airflow):
+    """Clearing a deferred race task cancels both members (the trigger's on_kill); the rerun
+    (try 2) runs a new race: two new members under new submission keys, none re-attached to a
+    cancelled one."""
+    emulator = airflow.emulator
+    emulator.reset({**FAST, "queueSeconds": 100_000})
+    run_id = airflow.trigger(DAG_ID)
+    first = _wait_for_members(airflow, run_id)
+    airflow.api("POST", f"dags/{DAG_ID}/clearTaskInstances",
+                json={"dry_run": False, "task_ids": ["train"], "dag_run_id": run_id, "only_failed": False})
+    _wait_until_cancelled(airflow, {j["name"] for j in first})
+    deadline = time.monotonic() + 90
+    while len(_jobs(emulator)) < 4:
+        ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
+        assert ti["state"] not in ("failed", "success") and time.monotonic() < deadline, \
+            f"no new race: {ti}\n{airflow.logs()[-6000:]}"
+        time.sleep(0.5)
+    assert airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=60) == "deferred"
+    jobs = _jobs(emulator)
+    new = [j for j in jobs if j["name"] not in {f["name"] for f in first}]
+    assert len(jobs) == 4 and sorted(j["state"] for j in new) == ["JOB_STATE_QUEUED"] * 2, jobs
+    keys = [j["labels"]["gpu-sched-submission"] for j in jobs]
+    assert len(set(keys)) == 4, keys  # every member of both races under its own key
+    ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
+    assert ti["try_number"] == 2, ti
+    airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+    _wait_until_cancelled(airflow, {j["name"] for j in new})
