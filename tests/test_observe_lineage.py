@@ -54,7 +54,10 @@ def test_the_complete_event_has_the_inputs_outputs_and_run_facet(fast_emulator, 
     env = {**os.environ, "PYTHONPATH": str(ROOT),
            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events),
                                                           "append": True}),
-           "AIRFLOW__OPENLINEAGE__NAMESPACE": "gpu-sched-test"}
+           "AIRFLOW__OPENLINEAGE__NAMESPACE": "gpu-sched-test",
+           # the listener runs the task's facets in a forked process killed after this many seconds
+           # (default 10): on a loaded CI machine that dropped the COMPLETE event; a hang guard only
+           "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "300"}
     for key in [k for k in env if k.startswith("AIRFLOW__DATABASE") or k in ("AIRFLOW_HOME", "AIRFLOW_HARNESS_HOME")]:
         del env[key]  # the child sets up its own home
     child = subprocess.run([sys.executable, "-c", f"from tests.test_observe_lineage import _child; "

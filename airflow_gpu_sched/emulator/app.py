@@ -244,10 +244,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
             return _error(ApiError("NOT_FOUND", f"{request.method} /v1/{path} is not a method the emulator serves."))
         rpc, args = found
         backend.count(rpc)
-        kind = auth.classify(request.headers.get("authorization"))
-        if kind:
-            backend.stats[kind] = backend.stats.get(kind, 0) + 1
-        refusal = auth.refusal(kind)
+        refusal = auth.admit(request.headers.get("authorization"), backend.stats)
         if refusal:
             return _error(ApiError("UNAUTHENTICATED", refusal))
         unknown = query_refusal(rpc, request.query_params.keys())  # a parameter the method lacks: 400
@@ -290,7 +287,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
 
     from airflow_gpu_sched.emulator.reservations import add_compute_routes
 
-    add_compute_routes(app, backend)  # Compute Engine reservations at /compute/v1/...
+    add_compute_routes(app, backend, auth)  # Compute Engine reservations at /compute/v1/...
 
     async def token(request: Request) -> Response:
         # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT

@@ -109,6 +109,14 @@ class TokenIssuer:
                 return kind
         return "unknownAuthorization"
 
+    def admit(self, authorization: str | None, stats: dict) -> str | None:
+        """Count a Google API request's credential kind in ``stats``; why it is refused, or None
+        (every served Google API: Vertex, Cloud Logging, Compute)."""
+        kind = self.classify(authorization)
+        if kind:
+            stats[kind] = stats.get(kind, 0) + 1
+        return self.refusal(kind)
+
     def refusal(self, kind: str | None) -> str | None:
         """Why a Vertex request is refused (401), or None."""
         if self.reject_tokens:

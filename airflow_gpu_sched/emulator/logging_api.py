@@ -166,7 +166,7 @@ def add_logging_routes(app: FastAPI, backend: Any, traffic: Any, auth: Any) -> L
 
     async def guard(request: Request, rpc: str) -> Response | None:
         backend.count(rpc)
-        refusal = auth.refusal(auth.classify(request.headers.get("authorization")))
+        refusal = auth.admit(request.headers.get("authorization"), backend.stats)
         if refusal:
             return _json(ApiError("UNAUTHENTICATED", refusal).body(), 401)
         faults = backend.faults

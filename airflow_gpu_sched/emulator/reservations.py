@@ -173,7 +173,7 @@ class ReservationStore:
 # ---------------------------------------------------------------------- HTTP
 
 
-def add_compute_routes(app: Any, backend: Any) -> None:  # noqa: C901 (one dispatch)
+def add_compute_routes(app: Any, backend: Any, auth: Any) -> None:  # noqa: C901 (one dispatch)
     """``/compute/v1/projects/{p}/zones/{z}/reservations[/{r}]`` and ``.../operations/{o}``."""
     def answer(body: Any, status: int = 200) -> Response:
         return Response(json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json")
@@ -193,6 +193,9 @@ def add_compute_routes(app: Any, backend: Any) -> None:  # noqa: C901 (one dispa
             return answer(ComputeError(404, f"{request.method} /compute/v1/{path} is not a method the emulator "
                                             "serves.").body(), 404)
         backend.count(rpc)
+        refusal = auth.admit(request.headers.get("authorization"), backend.stats)  # as the Vertex routes
+        if refusal:
+            return answer(ComputeError(401, refusal).body(), 401)
         from airflow_gpu_sched.emulator.methods import SYSTEM_PARAMETERS
 
         for name in request.query_params:

@@ -16,7 +16,9 @@ keeps a task's XComs while it is deferred: they are cleared when a try starts, n
 resumes from the triggerer). So after each batch written the trigger saves
 ``{"job", "timestamp", "insert_id"}`` of its last line under :data:`POSITION_KEY`, and a
 trigger started again (a triggerer restart, or the trigger moved to another triggerer) reads it
-back and goes on after that line. In ``deferrable=False`` mode (no task instance on the
+back and goes on after that line. Lines are never dropped; a triggerer SIGKILLed between
+writing a batch and saving its position repeats that one batch (at least once: a write and a
+save cannot be made atomic). In ``deferrable=False`` mode (no task instance on the
 trigger) the position lives in memory, for the one process that waits.
 
 Log lines are written by the trigger itself (``self.log``), never by the shared task: the
