@@ -83,7 +83,19 @@ def _wait_for_members(airflow: AirflowDeployment, run_id: str) -> list[dict]:
         time.sleep(0.5)
     jobs = _jobs(airflow.emulator)
     assert sorted(j["state"] for j in jobs) == ["JOB_STATE_QUEUED"] * 2, jobs
+    _wait_for_trigger(airflow, run_id)
     return jobs
+
+
+def _wait_for_trigger(airflow: AirflowDeployment, run_id: str) -> None:
+    """A triggerer runs the race's trigger (Airflow calls on_kill only on a running trigger; a task
+    failed before any triggerer took it leaves its jobs to `airflow-gpu-sched jobs orphans`)."""
+    deadline = time.monotonic() + 60
+    while not (({t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"].get("trigger") or {})
+               .get("triggerer_id")):
+        assert time.monotonic() < deadline, "no triggerer took the race's trigger"
+        time.sleep(0.5)
+    time.sleep(2)  # and it has started watching (as scenario 4a of test_deployed.py waits)
 
 
 def _wait_until_cancelled(airflow: AirflowDeployment, names: set[str]) -> None:
@@ -135,5 +147,6 @@ def test_a_race_task_cleared_while_deferred_cancels_every_member_and_races_anew(
     assert len(set(keys)) == 4, keys  # every member of both races under its own key
     ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
     assert ti["try_number"] == 2, ti
+    _wait_for_trigger(airflow, run_id)
     airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
     _wait_until_cancelled(airflow, {j["name"] for j in new})
