@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from importlib import resources
 
 TABLE = "compute_schema.json"
 # (discovery method id, body schema, the request field the body fills: compute's GAPIC
@@ -38,14 +37,15 @@ _SCALARS = {
 
 @functools.lru_cache(maxsize=1)
 def load() -> dict:
-    text = (resources.files("airflow_gpu_sched.vertex") / "data" / TABLE).read_text(encoding="utf-8")
-    return json.loads(text)
+    from airflow_gpu_sched.vertex.request_schema import read_table
+
+    return read_table(TABLE)
 
 
 def _discovery_path() -> str:
-    import googleapiclient  # dev-time only
+    from airflow_gpu_sched.vertex.request_schema import discovery_document_path
 
-    return str(resources.files(googleapiclient) / "discovery_cache" / "documents" / "compute.v1.json")
+    return discovery_document_path("compute.v1.json")
 
 
 def _snake(camel: str) -> str:

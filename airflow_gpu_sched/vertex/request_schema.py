@@ -61,19 +61,29 @@ _SCALARS = {
 }
 
 
+def read_table(table: str) -> dict:
+    """A vendored table of ``vertex/data/`` (this module's, :mod:`.compute_schema`'s)."""
+    return json.loads((resources.files("airflow_gpu_sched.vertex") / "data" / table).read_text(encoding="utf-8"))
+
+
+def discovery_document_path(name: str) -> str:
+    """A discovery document of the google-api-python-client wheel (dev-time only: the emulator
+    never imports it)."""
+    import googleapiclient
+
+    return str(resources.files(googleapiclient) / "discovery_cache" / "documents" / name)
+
+
 @functools.lru_cache(maxsize=1)
 def load() -> dict:
     """The vendored table: {"source", "methods": {rpc: {schema, body}}, "schemas": {...}}."""
-    text = (resources.files("airflow_gpu_sched.vertex") / "data" / TABLE).read_text(encoding="utf-8")
-    return json.loads(text)
+    return read_table(TABLE)
 
 
 # ---------------------------------------------------------------------- generation (dev only)
 
 def _discovery_path() -> str:
-    import googleapiclient  # dev-time only: the emulator never imports it
-
-    return str(resources.files(googleapiclient) / "discovery_cache" / "documents" / "aiplatform.v1.json")
+    return discovery_document_path("aiplatform.v1.json")
 
 
 def generate(discovery: dict | None = None) -> dict:
