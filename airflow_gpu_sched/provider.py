@@ -19,7 +19,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 
 from airflow_gpu_sched import __version__
 from airflow_gpu_sched.hooks.connection_form import GOOGLE_PROVIDER, connection_types
-from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.orchestration import console, failure_patterns
 
 INTEGRATION = "Vertex AI GPU training"
 PREVIOUS_VERSIONS = ["0.1.0"]  # released before this one, newest first (CHANGELOG.md)
@@ -49,6 +49,14 @@ def config() -> dict:
             "type": "string",
             "example": '{"preempted": ["host maintenance"], "failed": ["CUDA error"]}',
             "default": "",
+        }, console.OPTION: {
+            "description": "The host of the Google Cloud console the extra links and console URLs point to "
+                           "(another universe, or a proxy in front of it). A host name only: an XCom link "
+                           "that is not an https URL on this host is not shown.",
+            "version_added": "0.2.0",
+            "type": "string",
+            "example": "console.cloud.google.com",
+            "default": console.DEFAULT_DOMAIN,
         }},
     }}
 
