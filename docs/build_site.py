@@ -6,6 +6,10 @@ mkdocs serves only what is under its docs_dir, and the README sits at the top of
 with links into docs/: the pages are staged into ``.docs-src/`` first, the README as the home
 page with its ``docs/`` prefixes dropped, and a link to a file that is not a page (an example
 DAG) pointing at the file in the repository.
+
+Why mkdocs (with mkdocstrings) and not Sphinx, which Airflow's providers use: every page here is
+Markdown already, read as is; Sphinx would need MyST and a conversion of the README's tables.
+mkdocstrings reads the docstrings' Sphinx-style fields (``:param x:``) all the same.
 """
 
 from __future__ import annotations
