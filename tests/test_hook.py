@@ -61,8 +61,10 @@ def test_tasks_create_and_list_jobs_through_the_hook(airflow_db, vertex_conn, mo
     name = result["submit"].return_value
     assert name.startswith(f"projects/{PROJECT}/locations/{LOCATION}/customJobs/")
     assert result["listed_by_the_default_connection"].return_value == [name]
-    assert result["read_async"].return_value == {"hook": "VertexTrainingHook", "state": "JOB_STATE_QUEUED",
-                                                 "project": PROJECT}
+    read = result["read_async"].return_value
+    assert (read["hook"], read["project"]) == ("VertexTrainingHook", PROJECT)
+    # the emulator runs at speed 1: a loaded machine may take longer than the job's 1 s in QUEUED
+    assert read["state"] in ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING"), read
     job = requests.get(f"{vertex_conn.url}/v1/{name}", timeout=5).json()  # the emulator holds it
     assert job["displayName"] == seed["displayName"]
 
