@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.auth import StandInError, TokenIssuer
@@ -251,6 +252,13 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
     app.state.backend = backend
     app.state.guard = GuardSettings(allow_remote=allow_remote, control_token=control_token)
     app.add_middleware(Guard, settings=app.state.guard)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_served(request: Request, exc: StarletteHTTPException) -> Response:
+        # the router's own 404/405 (a path or method no route serves, an OPTIONS preflight) in
+        # Google's error shape, as NOT_FOUND (what Google's front end answers: assumed)
+        return _error(ApiError("NOT_FOUND", f"{request.method} {request.url.path[:200]} is not a method the "
+                                            "emulator serves."))
     auth = app.state.auth = TokenIssuer()
     traffic = app.state.traffic = TrafficRecorder()
     _add_token_services(app, backend, auth)  # before /v1/{path}: these paths are not Vertex methods

@@ -137,7 +137,7 @@ class Scenario(_Camel):
     run_seconds: Seconds = 60.0  # default run time (EMULATOR_RUN_SECONDS overrides per job)
     cancel_seconds: Seconds = 2.0  # CANCELLING -> CANCELLED
     # random preemption rate of a running SPOT job; the service restarts a preempted one this many times
-    spot_preemptions_per_hour: float = Field(0.0, ge=0, le=3600)
+    spot_preemptions_per_hour: float = Field(0.0, ge=0, le=1e7)
     max_service_restarts: int = Field(6, ge=0, le=1000)
     default_capacity: TierCapacity = Field(
         default_factory=lambda: TierCapacity(standard=64, spot=64, flex_start=64)
