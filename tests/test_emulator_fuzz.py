@@ -29,8 +29,8 @@ from airflow_gpu_sched.emulator.control import EmulatorControl
 
 PROJECT, LOCATION, ZONE = "fuzz-project", "us-central1", "us-central1-a"
 TIMEOUT = (5, 30)  # connect, read (seconds): an answer that does not come in time is a hang
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "185"))  # per group (GROUPS); the variable: a quicker local run
-RELIABILITY_EXAMPLES = 1850
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "186"))  # per group (GROUPS); the variable: a quicker local run
+RELIABILITY_EXAMPLES = 1860
 
 
 # ---------------------------------------------------------------------------- the routes
@@ -139,11 +139,19 @@ RAW_BODIES = st.one_of(
 BODIES = st.one_of(
     st.just(None), st.builds(json.dumps, JSON_VALUE), st.builds(json.dumps, mutated(_valid_job())),
     st.builds(json.dumps, st.dictionaries(st.sampled_from(KNOWN_KEYS), JSON_VALUE, max_size=5)), RAW_BODIES)
-QUERY_NAMES = ["filter", "pageSize", "pageToken", "readMask", "persistentResourceId", "maxResults", "alt",
-               "$fields", "key", "orderBy", "x"]
-QUERY_VALUES = st.one_of(TEXT, st.builds(str, NUMBER), st.sampled_from([
-    "(" * 5000 + ")" * 5000, 'state="JOB_STATE_RUNNING"', "labels.a=b AND NOT x", "create_time>1e999",
-    "eyJwIjogMWU5OTl9", "eyJwIjoiMSIsImYiOiIifQ==", "-1", "1e999", "99999999999999999999"]))
+# Query parameters: the methods' own (so a request reaches its handler) with hostile values, and
+# now and then one the method lacks. Filters deeper than the grammar allows and page tokens holding
+# out-of-range numbers are helper "filters"' part (issue 21): see test_deep_filters_and_odd_page_tokens.
+QUERY = {"filter": st.one_of(TEXT, st.sampled_from(['state="JOB_STATE_RUNNING"', "labels.a=b AND NOT x",
+                                                    "create_time>1e999", 'display_name:"*"', "a=", "=", "(", ")",
+                                                    "labels.é=é", "state=JOB_STATE_RUNNING OR"])),
+         "pageSize": st.one_of(st.builds(str, NUMBER), TEXT),
+         "pageToken": st.one_of(TEXT, st.sampled_from(["eyJwIjoiMSIsImYiOiIifQ==", "eyJwIjoxLCJmIjoiIn0=",
+                                                       "e30=", "bnVsbA==", "W10=", "!!", "=" * 10])),
+         "readMask": st.one_of(TEXT, st.sampled_from(["name,state", "jobSpec.workerPoolSpecs", "*", ",", "a..b"])),
+         "persistentResourceId": SEGMENT, "maxResults": st.builds(str, NUMBER), "alt": TEXT, "$fields": TEXT,
+         "orderBy": TEXT, "x": TEXT}
+QUERY_NAMES = list(QUERY)
 LATIN1 = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"),
                  max_size=60).map(str.lstrip)  # what a header carries (the HTTP parser refuses controls)
 HEADERS = st.fixed_dictionaries({}, optional={
@@ -201,9 +209,14 @@ def payloads(draw, jobs: list[str]) -> Payload:
                 "zone": draw(st.one_of(st.just(ZONE), SEGMENT)), "id": draw(SEGMENT),
                 "service": draw(st.one_of(st.just("aiplatform.googleapis.com"), SEGMENT)),
                 "job": draw(st.one_of(st.sampled_from(jobs), SEGMENT))}
-    query = draw(st.lists(st.tuples(st.sampled_from(QUERY_NAMES), QUERY_VALUES), max_size=3))
-    headers = {k: v for k, v in draw(HEADERS).items() if k != "Transfer-Encoding"}
-    content_type = draw(CONTENT_TYPES)
+    names = draw(st.lists(st.sampled_from(QUERY_NAMES[:5]), max_size=3, unique=True))
+    if draw(st.integers(0, 4)) == 0:
+        names.append(draw(st.sampled_from(QUERY_NAMES[5:])))
+    query = [(name, draw(QUERY[name])) for name in names]
+    # hostile headers in a third of the payloads: the rest reach the handlers behind the front door
+    hostile = draw(st.integers(0, 2)) == 0
+    headers = {k: v for k, v in (draw(HEADERS) if hostile else {}).items() if k != "Transfer-Encoding"}
+    content_type = draw(CONTENT_TYPES) if hostile else "application/json"
     if content_type:
         headers["Content-Type"] = content_type
     wrong = draw(st.one_of(st.none(), st.none(), st.none(), st.sampled_from(METHODS)))
@@ -307,7 +320,7 @@ def _fuzz(url: str, routes: list, jobs: list[str], examples: int, reset_after: b
     return len(sent)
 
 
-# Each example is sent to every route of its group; make test: EXAMPLES x (28 + 18 + 9) routes
+# Each example is sent to every route of its group; make test: EXAMPLES x (27 + 18 + 9) routes
 # = 10,000+ requests. "control" sends the routes that set faults and tokens: each example ends
 # with a reset there (a fault's latency would slow every later request).
 GROUPS = {"vertex": VERTEX + UI, "control": CONTROL, "services": TOKEN_SERVICES + LOGGING + COMPUTE}
@@ -320,6 +333,40 @@ def test_hostile_requests_get_no_5xx_no_hang_and_google_shaped_errors(fuzz_serve
 
 def test_the_fuzz_sends_at_least_ten_thousand_requests_in_make_test():
     assert EXAMPLES * sum(len(routes) for routes in GROUPS.values()) >= 10_000 or "FUZZ_EXAMPLES" in os.environ
+
+
+DEEP_FILTERS = ["(" * 5000 + ")" * 5000, "(" * 5000 + "a=b" + ")" * 5000, "NOT " * 3000 + "a=b", "a=b AND " * 5000 + "c=d",
+                "x" * 50_000]
+ODD_PAGE_TOKENS = ["eyJwIjogMWU5OTl9", "eyJwIjogIk5hTiJ9", "eyJwIjogW119", "eyJwIjogMWUzMDh9", "A" * 100_000]
+
+
+def _filters_unhardened() -> bool:
+    """True while emulator/filters.py recurses without a limit (helper "filters", issue 21, hardens it)."""
+    from airflow_gpu_sched.emulator.filters import parse_filter
+
+    try:
+        parse_filter("(" * 5000 + "a=b" + ")" * 5000, "customJobs")
+    except RecursionError:
+        return True
+    except Exception:  # noqa: BLE001 (any refusal: hardened)
+        return False
+    return False
+
+
+@pytest.mark.xfail(condition=_filters_unhardened(), strict=True,
+                   reason="deep filters and out-of-range page tokens get a 500 until helper 'filters' (issue 21: "
+                          "filter nesting limit, page-token hardening) is merged")
+def test_deep_filters_and_odd_page_tokens_get_no_5xx(fuzz_server):
+    session = requests.Session()
+    session.trust_env = False
+    for method, template, shape in VERTEX + COMPUTE:
+        if method != "GET" or not template.endswith(("Jobs", "Pipelines", "models", "Resources", "reservations",
+                                                     "quotaInfos")):
+            continue
+        path = template.format(project=PROJECT, location=LOCATION, zone=ZONE, service="aiplatform.googleapis.com")
+        for query in [[("filter", f)] for f in DEEP_FILTERS] + [[("pageToken", t)] for t in ODD_PAGE_TOKENS]:
+            request = Request(method, path, shape, query)
+            check(send(session, fuzz_server, request), request)
 
 
 @pytest.mark.reliability
