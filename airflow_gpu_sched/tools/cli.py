@@ -50,12 +50,24 @@ def _emulator(args: argparse.Namespace) -> int:
     if args.execute:
         scenario = scenario.model_copy(update={"execute": True, "execute_root": args.execute_root,
                                                "execute_workdir": args.workdir})
-    if args.execute and args.allow_remote:
+    if scenario.execute and args.allow_remote:  # --execute, or a --scenario file saying execute
         raise UsageError("--execute runs commands from job specs: loopback only")
-    server = EmulatorServer(scenario, host=args.host, port=args.port, allow_remote=args.allow_remote)
+    token = None
+    if args.control_token:
+        import secrets
+
+        token = secrets.token_urlsafe(24)
+    try:
+        server = EmulatorServer(scenario, host=args.host, port=args.port, allow_remote=args.allow_remote,
+                                control_token=token)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     print(f"Vertex AI emulator listening on {server.url}", flush=True)
     print(f"  api_endpoint for clients: {server.url}   (speed x{scenario.speed:g})", flush=True)
     print(f"  control API: {server.url}/emulator/v1/stats", flush=True)
+    if token:
+        print(f"  control token (header X-Emulator-Control-Token; EmulatorControl(url, control_token=...)): "
+              f"{token}", flush=True)
     server.serve_forever()
     return 0
 
@@ -280,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     emulator.add_argument("--execute-root", help="with --execute: where gs:// paths and logs go")
     emulator.add_argument("--workdir", help="with --execute: the processes' working directory")
     emulator.add_argument("--allow-remote", action="store_true",
-                          help="allow a non-loopback --host (the emulator has no authentication)")
+                          help="allow a non-loopback --host and any Host header (the emulator has no "
+                               "authentication; never with --execute)")
+    emulator.add_argument("--control-token", action="store_true",
+                          help="the control API (/emulator/v1/...) needs a token made for this run, "
+                               "printed at start (header X-Emulator-Control-Token)")
     emulator.set_defaults(func=_reported(_emulator))
 
     demo = sub.add_parser("demo", help="run the nightly_retraining example DAG against the emulator")
