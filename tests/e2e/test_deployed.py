@@ -146,7 +146,7 @@ def test_triggerer_killed_while_deferred(airflow):
 
 def test_a_deferred_task_marked_failed_cancels_its_job(airflow):
     """Scenario 4a: a deferred task marked failed from the REST API: its job is cancelled
-    (CANCELLING/CANCELLED within 30 s, a few poll intervals); exactly one cancel."""
+    (CANCELLING/CANCELLED once the triggerer sees it); exactly one cancel."""
     airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # the job waits for GPUs for ever
     run_id = airflow.trigger(DAG_ID)
     airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
@@ -154,7 +154,9 @@ def test_a_deferred_task_marked_failed_cancels_its_job(airflow):
     assert [job["state"] for job in _jobs(airflow.emulator)] == ["JOB_STATE_QUEUED"]
     airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train",
                 json={"new_state": "failed"})
-    deadline = time.monotonic() + 30  # the trigger's on_kill cancels within a couple of poll intervals
+    # the trigger's on_kill cancels once the triggerer sees the task failed: a couple of its loops,
+    # 35 s on a loaded machine (the Celery run's triggerer, load average ~30): a hang guard only
+    deadline = time.monotonic() + 180
     while _jobs(airflow.emulator)[0]["state"] not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"):
         assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
         time.sleep(0.5)
@@ -233,7 +235,7 @@ def test_a_deferred_task_cleared_cancels_its_job(airflow):
     time.sleep(2)
     airflow.api("POST", f"dags/{DAG_ID}/clearTaskInstances",
                 json={"dry_run": False, "task_ids": ["train"], "dag_run_id": run_id, "only_failed": False})
-    deadline = time.monotonic() + 30  # the trigger's on_kill cancels the job
+    deadline = time.monotonic() + 180  # the trigger's on_kill cancels the job (a hang guard, as in 4a)
     while sorted(_jobs(airflow.emulator), key=lambda j: j["name"])[0]["state"] not in (
             "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"):
         assert time.monotonic() < deadline, f"job not cancelled\n{airflow.logs()[-20000:]}"
