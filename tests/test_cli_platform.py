@@ -19,7 +19,7 @@ import yaml
 
 from airflow_gpu_sched.tools.cli import main
 from tests.airflow_harness import run_dag
-from tests.conftest import LOCATION, PROJECT
+from tests.conftest import FAST, LOCATION, PROJECT
 
 REPO = Path(__file__).resolve().parent.parent
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -30,6 +30,15 @@ WHERE = ["--project", PROJECT, "--location", LOCATION]
 @pytest.fixture
 def airflow(airflow_db, fast_emulator):
     return fast_emulator
+
+
+@pytest.fixture
+def held(airflow_db, vertex_conn):
+    """Jobs that run until the test moves emulated time: an orphan's job must still be active when
+    `jobs orphans` lists it. (At 100x a job ends 0.4 s after its create, and on a busy machine the
+    DAG run's teardown alone took longer: the job had SUCCEEDED and was no orphan.)"""
+    vertex_conn.reset({**FAST, "speed": 1, "runSeconds": 7 * 24 * 3600})
+    return vertex_conn
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -94,7 +103,7 @@ def test_jobs_list_shows_dag_task_try_strategy_and_state_from_labels_and_spec(ai
     assert code == 0 and out.strip() == "(none)"
 
 
-def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(airflow, capsys):
+def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(held, capsys):
     from sqlalchemy import update
 
     from airflow.models.taskinstance import TaskInstance
@@ -103,8 +112,8 @@ def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(airflo
     result = run_dag(_dies_after_create_dag("cli_orphaned"), logical_date=START)
     assert result["train"].state == "failed"
     [name] = [j["name"] for j in requests.get(
-        f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
-    assert _state(airflow, name) not in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING")  # the job ran on
+        f"{held.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
+    assert _state(held, name) not in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING")  # the job ran on
 
     code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
     [orphan] = json.loads(out)
@@ -122,29 +131,29 @@ def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(airflo
 
     code, out, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel", "--yes")
     assert code == 0 and "task instance is failed" in out and f"cancel requested: {name}" in err
-    assert _state(airflow, name) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
-    airflow.advance(10)
+    assert _state(held, name) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    held.advance(10)
     code, out, _ = cli(capsys, "jobs", "orphans", *WHERE)
     assert out.strip() == "(none)"
 
 
-def test_orphans_cancel_asks_first_and_no_cancels_nothing(airflow, capsys, monkeypatch):
+def test_orphans_cancel_asks_first_and_no_cancels_nothing(held, capsys, monkeypatch):
     run_dag(_dies_after_create_dag("cli_orphan_asked"), logical_date=START)
     [name] = [j["name"] for j in requests.get(
-        f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
+        f"{held.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
 
     monkeypatch.setattr("sys.stdin", io.StringIO("\n"))  # Enter: the default, No
     code, _, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel")
     assert code == 1 and "Cancel 1 job(s)? [y/N]" in err and "nothing cancelled" in err
-    assert _state(airflow, name) not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    assert _state(held, name) not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
 
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
     code, _, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel")
     assert code == 0 and f"cancel requested: {name}" in err
-    assert _state(airflow, name) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    assert _state(held, name) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
 
 
-def test_a_job_whose_run_was_deleted_is_an_orphan(airflow, capsys):
+def test_a_job_whose_run_was_deleted_is_an_orphan(held, capsys):
     """No task instance at all (the run was deleted): the job is an orphan too."""
     from sqlalchemy import delete
 

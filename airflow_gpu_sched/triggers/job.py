@@ -91,6 +91,9 @@ class CustomJobTrigger(BaseTrigger):
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_gpu_sched.triggers.settle import settle, started_at
+
+        started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
         logs = self._log_stream() if self.stream_logs else None
         if logs is not None:
             await logs.start()
@@ -105,6 +108,7 @@ class CustomJobTrigger(BaseTrigger):
             await news.aclose()  # leave the shared poller now, not when the generator is collected
         if logs is not None:
             await logs.finish()  # the job's last lines (its exit, a traceback) before the event
+        await settle(started)  # apache/airflow#66374: not before the scheduler saw the deferring try exit
         yield TriggerEvent(event)
 
     def _log_stream(self) -> Any:

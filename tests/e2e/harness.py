@@ -230,6 +230,11 @@ class AirflowDeployment:
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
+            # A task's supervisor gives the api-server 5 s a request, 3 tries (defaults): on this
+            # 2-core machine loaded by other test runs a start request timed out 3 times and the
+            # try failed before it ran ("Workload execution failed": httpcore.ReadTimeout)
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+            "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "6",
             "PYTHONUNBUFFERED": "1",
         })
         env.update(extra)
@@ -341,7 +346,8 @@ class AirflowDeployment:
     # -- REST API v2 --------------------------------------------------------------------------
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.session.request(method, f"{self.api_url}/api/v2/{path.lstrip('/')}", timeout=30, **kwargs)
+        # a hang guard: the API server answered a run-state read in over 30 s on a loaded machine
+        response = self.session.request(method, f"{self.api_url}/api/v2/{path.lstrip('/')}", timeout=180, **kwargs)
         if response.status_code >= 400:
             raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
         return response.json() if response.content else None
@@ -390,6 +396,26 @@ class AirflowDeployment:
         raise TimeoutError(f"{task_id} never reached {states}: {self.task_instances(dag_id, run_id)}")
 
     # -- diagnostics -----------------------------------------------------------------------------
+
+    def why(self, dag_id: str, run_id: str) -> str:
+        """What ended a run's task instances badly: each one not successful (state, try, host) and
+        the run's audit-log events (state mismatch, heartbeat timeout, ...). The log tail alone is
+        mostly the dag-processor's parsing lines."""
+        found = []
+        offset = 0
+        while True:
+            page = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                            params={"limit": 100, "offset": offset})["task_instances"]
+            found += [(t["task_id"], t["map_index"], t["state"], t["try_number"], t.get("hostname"))
+                      for t in page if t["state"] != "success"]
+            offset += len(page)
+            if len(page) < 100:
+                break
+        events = self.api("GET", "eventLogs", params={"dag_id": dag_id, "run_id": run_id, "limit": 100})
+        notable = [(e.get("when"), e["event"], e.get("task_id"), e.get("map_index"), e.get("try_number"),
+                    (e.get("extra") or "")[:400]) for e in events["event_logs"]
+                   if e["event"] not in ("running", "success", "deferred", "queued", "scheduled", "trigger")]
+        return f"not successful: {found}\nevents: {notable}"
 
     def logs(self) -> str:
         parts = []

@@ -36,5 +36,5 @@ with DAG(dag_id="e2e_worker_crash", schedule=None, start_date=datetime(2026, 1, 
         env={"EMULATOR_RUN_SECONDS": "60"},
         retries=1,
         retry_delay=timedelta(seconds=1),
-        **E2E_TRAINING,
+        **{**E2E_TRAINING, "max_wait_duration": "24h"},  # the test holds the GPUs (see its _hold_gpus)
     )
