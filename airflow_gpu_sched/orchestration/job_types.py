@@ -120,9 +120,14 @@ class JobType:
         return getattr(page, self.page_items)
 
     def not_terminal_filter(self) -> str:
+        # the proto's own example: "`NOT display_name="my_job"`" (ListCustomJobsRequest.filter,
+        # v1 job_service.proto); NOT over a parenthesized OR: AIP-160's grammar (google.aip.dev/160)
         return "NOT " + self.terminal_filter()
 
     def terminal_filter(self) -> str:
+        # "`state` supports `=`, `!=` comparisons" (ListCustomJobsRequest.filter, v1 job_service.proto;
+        # ListTrainingPipelinesRequest.filter's example `state="PIPELINE_STATE_SUCCEEDED"`); the OR is
+        # parenthesized because AIP-160 binds OR tighter than AND (google.aip.dev/160)
         return "(" + " OR ".join(f'state="{s}"' for s in self.terminal_states) + ")"
 
     def watch_mask(self) -> str:

@@ -27,6 +27,8 @@ from typing import Any, Iterable, Iterator, TextIO
 
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
 
+# "`labels.key=value` - key:value equality" (ListCustomJobsRequest.filter, v1 job_service.proto;
+# the same in the tuning-job and training-pipeline lists)
 MANAGED_FILTER = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
 # A task instance in one of these will still look after its job (a retry re-attaches by the
 # ledger), so its job is not an orphan.
