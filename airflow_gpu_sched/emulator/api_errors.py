@@ -1,4 +1,4 @@
-"""The errors the emulator answers with, in Google's error body shape, and its page tokens.
+"""The errors the emulator answers with, in Google's error body shape (page tokens: ``paging.py``).
 
 Apart from the backend so that the backend's job-type mixin (``jobtypes.py``) and the HTTP layer
 raise them without importing the backend.
@@ -8,8 +8,6 @@ May import: vertex; never airflow.
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
 from airflow_gpu_sched.vertex.models import RPC_STATUS
@@ -42,20 +40,4 @@ def violations_error(violations: list[Violation], status: str = "INVALID_ARGUMEN
     details = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
                 "fieldViolations": [{"field": v.path, "description": v.rule} for v in violations]}]
     return ApiError(status, f"List of found errors:\t{listed}", details)
-
-
-def encode_page_token(position: int, filter_text: str) -> str:
-    raw = json.dumps({"p": position, "f": filter_text}).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def decode_page_token(token: str, filter_text: str) -> int:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        position = int(data["p"])
-    except (ValueError, KeyError, TypeError):
-        raise ApiError("INVALID_ARGUMENT", "pageToken is not a token this list returned.") from None
-    if data.get("f") != filter_text:
-        raise ApiError("INVALID_ARGUMENT", "pageToken was issued for a different filter.")
-    return position
 

@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from airflow_gpu_sched.emulator import studies
-from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
+from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
+from airflow_gpu_sched.emulator.paging import coerce_page_size, encode_token, offset_page
 from airflow_gpu_sched.emulator.capacity import tier_of
 from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
@@ -490,9 +491,9 @@ class JobTypesMixin:
         raise ApiError("NOT_FOUND", f'The Model "{name}" does not exist.')
 
     def list_models(self, project: str, location: str, filter_text: str = "", page_size: int | None = None,
-                    page_token: str = "", read_mask: str = "") -> dict:
+                    page_token: str = "", read_mask: str = "", order_by: str = "") -> dict:
         return self._list_page(self.models.values(), "models", project, location, filter_text, page_size,
-                               page_token, read_mask=read_mask)
+                               page_token, read_mask=read_mask, order_by=order_by)
 
     # ------------------------------------------------------------------ Cloud Quotas
 
@@ -506,15 +507,14 @@ class JobTypesMixin:
                 [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
                   "domain": "cloudquotas.googleapis.com",
                   "metadata": {"permission": "cloudquotas.quotas.get"}}])
-        if page_size is not None and page_size < 0:
-            raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
+        size = coerce_page_size(page_size, 100, 1000)
         metrics = self.quotas.metrics() if service == "aiplatform.googleapis.com" else []
-        size = min(page_size or 100, 1000)
-        start = decode_page_token(page_token, service) if page_token else 0
-        page = metrics[start:start + size]
+        binding = ("quotaInfos", project, service)
+        start, end = offset_page(page_token, binding, size, len(metrics), self.scenario.variants.list_pages)
+        page = metrics[start:end]
         body: dict[str, Any] = {"quotaInfos": [self.quotas.quota_info(project, m) for m in page]} if page else {}
-        if start + size < len(metrics):
-            body["nextPageToken"] = encode_page_token(start + size, service)
+        if end < len(metrics):
+            body["nextPageToken"] = encode_token(end, *binding)
         return body
 
     def get_quota_info(self, project: str, service: str, quota_id: str) -> dict:

@@ -96,6 +96,10 @@ class Variants(_Camel):
     # A job whose (specific) reservation has too few free VMs: waits QUEUED until VMs free up
     # ("queued"), or FAILED with RESOURCE_EXHAUSTED at admission ("failed").
     reservation_full: Literal["queued", "failed"] = "queued"
+    # Lists (AIP-158: "may return fewer results than the number requested (including zero
+    # results), even if not at the end of the collection"): pages as full as the page size allows
+    # ("full"), or short and empty ones that still carry a nextPageToken ("short": emulator/paging.py).
+    list_pages: Literal["full", "short"] = "full"
 
 
 class SeededPersistentResource(_Camel):
