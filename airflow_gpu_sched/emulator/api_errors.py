@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import RPC_STATUS
+from airflow_gpu_sched.vertex.models import RPC_STATUS, Status
 from airflow_gpu_sched.vertex.rules import Violation
 
 
@@ -41,3 +41,11 @@ def violations_error(violations: list[Violation], status: str = "INVALID_ARGUMEN
                 "fieldViolations": [{"field": v.path, "description": v.rule} for v in violations]}]
     return ApiError(status, f"List of found errors:\t{listed}", details)
 
+
+
+def cancel_failure() -> Status:
+    """The error of a job that failed while it was being cancelled (scenario ``cancelOutcome:
+    failed``): its container exited on the SIGTERM the cancel sent (code 3, as a user-code exit)."""
+    return Status(code=RPC_STATUS["INVALID_ARGUMENT"][0],
+                  message="The replica workerpool0-0 exited with a non-zero status of 143 (SIGTERM) while the job "
+                          "was being cancelled. To find out more about why your job exited please check the logs.")

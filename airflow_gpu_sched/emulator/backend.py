@@ -46,7 +46,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
+from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
@@ -350,7 +350,7 @@ class Backend(JobTypesMixin):
                 "DEADLINE_EXCEEDED",
                 f"The job ran longer than scheduling.timeout ({format_duration(timeout)}).", "JOB_TIMEOUT"))
         elif kind == "cancelled":
-            self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+            self._end_cancelled(record, when)
         elif kind == "reservation_full" and record.job.name in self._queue:
             # variant "failed" (assumed: Google documents no behaviour for a full reservation)
             self._fail(record, when, _error_status(
@@ -497,6 +497,18 @@ class Backend(JobTypesMixin):
         record.job.error = error
         self._set_state(record, state, when)
         self._admit(when)
+
+    def _end_cancelled(self, record: JobRecord, when: datetime) -> None:
+        """A CANCELLING job ends as the scenario's ``cancelOutcome`` says (CANCELLED by default)."""
+        outcome = self.scenario.variants.cancel_outcome
+        if outcome == "succeeded":  # it completed despite the cancel: it ran
+            if record.job.start_time is None:
+                record.job.start_time = when
+            self._end(record, S.JOB_STATE_SUCCEEDED, when)
+        elif outcome == "failed":
+            self._fail(record, when, cancel_failure())
+        else:
+            self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
 
     def _fail(self, record: JobRecord, when: datetime, error: Status) -> None:
         self._end(record, S.JOB_STATE_FAILED, when, error)
@@ -669,6 +681,8 @@ class Backend(JobTypesMixin):
     def cancel_custom_job(self, name: str) -> dict:
         record = self._job(name)
         if record.state.is_terminal():
+            if self.scenario.variants.cancel_ended == "noop":
+                return {}
             raise ApiError("FAILED_PRECONDITION",
                            f"Cannot cancel CustomJob {name}: it is already in state {record.state.value}.")
         self._cancel_job(record, self.clock.now())

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from airflow_gpu_sched.emulator import studies
-from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
+from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
 from airflow_gpu_sched.emulator.paging import coerce_page_size, encode_token, offset_page
 from airflow_gpu_sched.emulator.capacity import tier_of
 from airflow_gpu_sched.vertex.job_type_models import (
@@ -211,6 +211,8 @@ class JobTypesMixin:
     def cancel_hyperparameter_tuning_job(self, name: str) -> dict:
         record = self._tuning(name)
         state = record.job.state
+        if state.is_terminal() and self.scenario.variants.cancel_ended == "noop":  # type: ignore[union-attr]
+            return {}
         if state.is_terminal():  # type: ignore[union-attr]
             raise ApiError("FAILED_PRECONDITION", f"Cannot cancel HyperparameterTuningJob {name}: "
                                                            f"it is already in state {state.value}.")  # type: ignore[union-attr]
@@ -312,9 +314,16 @@ class JobTypesMixin:
         trials = job.trials or []
         active = sum(1 for t in trials if not t.state.is_terminal())  # type: ignore[union-attr]
         if job.state is S.JOB_STATE_CANCELLING:
-            if active == 0:
-                job.error = Status(code=1, message="CANCELED")
-                self._tuning_state(record, S.JOB_STATE_CANCELLED, when)
+            if active == 0:  # it ends as the scenario's cancelOutcome says (CANCELLED by default)
+                outcome = self.scenario.variants.cancel_outcome
+                if outcome == "succeeded":
+                    self._tuning_state(record, S.JOB_STATE_SUCCEEDED, when)
+                elif outcome == "failed":
+                    job.error = cancel_failure()
+                    self._tuning_state(record, S.JOB_STATE_FAILED, when)
+                else:
+                    job.error = Status(code=1, message="CANCELED")
+                    self._tuning_state(record, S.JOB_STATE_CANCELLED, when)
             return
         while len(job.trials or []) < (job.max_trial_count or 0) and active < (job.parallel_trial_count or 1):
             self._spawn_trial(record, when)
@@ -384,6 +393,8 @@ class JobTypesMixin:
     def cancel_training_pipeline(self, name: str) -> dict:
         record = self._pipeline(name)
         state = record.pipeline.state
+        if state.is_terminal() and self.scenario.variants.cancel_ended == "noop":  # type: ignore[union-attr]
+            return {}
         if state.is_terminal():  # type: ignore[union-attr]
             raise ApiError("FAILED_PRECONDITION", f"Cannot cancel TrainingPipeline {name}: "
                                                            f"it is already in state {state.value}.")  # type: ignore[union-attr]

@@ -122,6 +122,21 @@ def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
     return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
 
 
+
+def cancel_job(client: Any, name: str) -> str:
+    """Cancel one job; what happened, as a line for the user. A job that ended since it was listed
+    is no error: Vertex answers its cancel with 400 FAILED_PRECONDITION or does nothing ("If the
+    job is already finished, the command will not perform an operation", gcloud ai-platform jobs
+    cancel); a cancel may also end SUCCEEDED or FAILED ("success is not guaranteed")."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.vertex.client import InvalidArgumentError
+
+    try:
+        job_type_of(name).cancel(client, name)
+    except InvalidArgumentError as exc:
+        return f"not cancelled (it has already ended): {name}: {exc}"
+    return f"cancel requested: {name}"
+
 def link_children(rows: list[JobRow]) -> list[JobRow]:
     """A tuning job's trials and a pipeline's custom job carry its labels (submission key included):
     name their parent, so that the parent is what `jobs orphans` reports and cancels."""
