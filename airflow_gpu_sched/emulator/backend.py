@@ -499,11 +499,12 @@ class Backend(JobTypesMixin):
         self._admit(when)
 
     def _end_cancelled(self, record: JobRecord, when: datetime) -> None:
-        """A CANCELLING job ends as the scenario's ``cancelOutcome`` says (CANCELLED by default)."""
-        outcome = self.scenario.variants.cancel_outcome
-        if outcome == "succeeded":  # it completed despite the cancel: it ran
-            if record.job.start_time is None:
-                record.job.start_time = when
+        """A CANCELLING job ends as the scenario's ``cancelOutcome`` says (CANCELLED by default) if
+        it was RUNNING when the cancel came: only a job that runs can complete or fail despite a
+        cancel; one still waiting for its VMs ends CANCELLED under every variant."""
+        ran = len(record.history) >= 2 and record.history[-2][0] == S.JOB_STATE_RUNNING.value
+        outcome = self.scenario.variants.cancel_outcome if ran else "cancelled"
+        if outcome == "succeeded":  # it completed despite the cancel
             self._end(record, S.JOB_STATE_SUCCEEDED, when)
         elif outcome == "failed":
             self._fail(record, when, cancel_failure())

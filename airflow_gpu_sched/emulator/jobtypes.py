@@ -314,8 +314,9 @@ class JobTypesMixin:
         trials = job.trials or []
         active = sum(1 for t in trials if not t.state.is_terminal())  # type: ignore[union-attr]
         if job.state is S.JOB_STATE_CANCELLING:
-            if active == 0:  # it ends as the scenario's cancelOutcome says (CANCELLED by default)
-                outcome = self.scenario.variants.cancel_outcome
+            if active == 0:  # as the scenario's cancelOutcome says, if it ran (as a custom job)
+                ran = len(record.history) >= 2 and record.history[-2][0] == S.JOB_STATE_RUNNING.value
+                outcome = self.scenario.variants.cancel_outcome if ran else "cancelled"
                 if outcome == "succeeded":
                     self._tuning_state(record, S.JOB_STATE_SUCCEEDED, when)
                 elif outcome == "failed":
