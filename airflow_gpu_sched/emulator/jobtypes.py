@@ -530,7 +530,12 @@ class JobTypesMixin:
         return body
 
     def get_quota_info(self, project: str, service: str, quota_id: str) -> dict:
-        listed = self.list_quota_infos(project, service, 1000).get("quotaInfos", [])
+        listed, token = [], ""
+        while True:  # every page (under variants.listPages: short the first one is empty)
+            page = self.list_quota_infos(project, service, 1000, token)
+            listed += page.get("quotaInfos", [])
+            if not (token := page.get("nextPageToken", "")):
+                break
         found = next((q for q in listed if q["quotaId"] == quota_id), None)
         if found is None:
             raise ApiError("NOT_FOUND", f"QuotaInfo {quota_id} of {service} does not exist.")

@@ -17,6 +17,7 @@ May import: vertex, orchestration; airflow.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,16 @@ class JobType:
     def list_page(self, client: Any, filter: str, page_size: int, page_token: str | None,
                   read_mask: str | None = None) -> Any:
         return getattr(client, f"list_{self.key}s_page")(filter, page_size, page_token, read_mask)
+
+    def list_all(self, client: Any, filter: str, page_size: int = 100) -> Iterator[Any]:
+        """Every resource matching ``filter`` (sync client), page after page until no token: a page
+        may be short or empty and still carry one (AIP-158, google.aip.dev/158)."""
+        token = None
+        while True:
+            page = self.list_page(client, filter, page_size, token)
+            yield from self.items(page)
+            if not (token := page.next_page_token):
+                return
 
     def cancel(self, client: Any, name: str) -> Any:
         return getattr(client, f"cancel_{self.key}")(name)
