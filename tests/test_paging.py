@@ -236,3 +236,21 @@ async def test_the_shared_poller_pages_through_empty_pages(vertex_conn):
     assert [e["job"]["name"] for e in events] == names
     assert all(e["status"] == "succeeded" for e in events)
     assert emulator.stats()["requests"].get("customJobs.list", 0) >= 2  # the empty first page, then on
+
+
+def test_the_failure_tail_reads_on_through_empty_log_pages(emulator):
+    """Cloud Logging documents an empty page with a token as "keep searching"; under the short
+    variant the emulator's entries:list answers one first, and the failure tail still gets its lines."""
+    from airflow_gpu_sched.operators.job_logs import read_failure_tail
+    from airflow_gpu_sched.vertex import cloud_logging
+    from tests.test_job_logs import _ended_job
+
+    emulator.reset({**SHORT, "speed": 1})
+    name = _ended_job(emulator, exit_code=1)
+    flt = cloud_logging.jobs_filter([cloud_logging.job_id_of(name)])
+    first = requests.post(f"{emulator.url}/v2/entries:list", timeout=10,
+                          json={"resourceNames": [f"projects/{PROJECT}"], "filter": flt}).json()
+    assert set(first) == {"nextPageToken"}  # empty, with a token
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
+        tail = read_failure_tail(client, name, 4)
+    assert tail is not None and "ERROR" in tail and tail.count("\n") == 4, tail
