@@ -34,13 +34,21 @@ def _operator(plan, cls=None, **kw):
 
 
 def _jobs(emulator, location: str) -> list[dict]:
-    return requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{location}/customJobs",
-                        timeout=5).json().get("customJobs", [])
+    """Every job of ``location``, every page (a page may be empty and carry a token: listPages)."""
+    found, params = [], {}
+    while True:
+        page = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{location}/customJobs",
+                            params=params, timeout=5).json()
+        found += page.get("customJobs", [])
+        if not page.get("nextPageToken"):
+            return found
+        params = {"pageToken": page["nextPageToken"]}
 
 
 # job_state.proto: from CANCELLING "the job may only go to either JOB_STATE_SUCCEEDED,
 # JOB_STATE_FAILED or JOB_STATE_CANCELLED" (the emulator's variant cancelOutcome)
 CANCEL_OF_A_RUNNING_JOB_ENDS = {"JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"}
+
 
 def _every_job(emulator) -> list[dict]:
     return [j for loc in (LOCATION, EAST, WEST) for j in _jobs(emulator, loc)]
