@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
 PIP_VERSION := 24.3.1
 
-.PHONY: bootstrap demo test emulator bench reliability
+.PHONY: bootstrap demo test docs emulator bench reliability
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not reliability" $(PYTEST_ARGS)
+
+# the site in site/: README, CHANGELOG, docs/ and an API reference from the docstrings (mkdocs,
+# warnings as errors: a broken link or an unreadable docstring fails it)
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/python docs/build_site.py
 
 # docs/reliability.md: runs the deployed scenarios (both executors, the `reliability`-marked ones
 # that make test leaves out included), security checks and bad-input catalogue

@@ -4,16 +4,26 @@ types (with their form in the UI), operators, triggers, extra link and `[gpu_sch
 Kept cheap: Airflow calls it in every process that starts its providers manager; it imports
 only data modules. Its documentation link is the `Documentation` project URL of the package
 metadata (Airflow reads it there, not from this dict).
+
+Checked against Airflow's ``provider_info.schema.json`` (tests/test_provider.py). Descriptions
+are shown by ``airflow providers list|get`` after Airflow strips every `` ` _ < > `` (its
+``_remove_rst_syntax``): they are written without those characters ("FLEX_START" would show
+as "FLEXSTART"), which the test checks.
+
+May import: hooks, orchestration; never airflow.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, distribution, version
+from importlib.metadata import PackageNotFoundError, distribution
 
+from airflow_gpu_sched import __version__
 from airflow_gpu_sched.hooks.connection_form import GOOGLE_PROVIDER, connection_types
-from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.orchestration import console, failure_patterns
 
 INTEGRATION = "Vertex AI GPU training"
+PREVIOUS_VERSIONS = ["0.1.0"]  # released before this one, newest first (CHANGELOG.md)
+ASSETS = "airflow_gpu_sched.orchestration.assets"
 
 
 def _installed(package: str) -> bool:
@@ -39,21 +49,26 @@ def config() -> dict:
             "type": "string",
             "example": '{"preempted": ["host maintenance"], "failed": ["CUDA error"]}',
             "default": "",
+        }, console.OPTION: {
+            "description": "The host of the Google Cloud console the extra links and console URLs point to "
+                           "(another universe, or a proxy in front of it). A host name only: an XCom link "
+                           "that is not an https URL on this host is not shown.",
+            "version_added": "0.2.0",
+            "type": "string",
+            "example": "console.cloud.google.com",
+            "default": console.DEFAULT_DOMAIN,
         }},
     }}
 
 
 def get_provider_info() -> dict:
-    try:
-        current = version("airflow-gpu-sched")
-    except PackageNotFoundError:
-        current = "0.0.0"
     return {
         "package-name": "airflow-gpu-sched",
         "name": "GPU training on scarce capacity (Vertex AI)",
-        "description": "Vertex AI training under FLEX_START, SPOT and persistent resources, "
-                       "with no duplicate or orphaned jobs, and a local Vertex AI emulator.",
-        "versions": [current],
+        "description": "Vertex AI training on scarce GPUs: flex-start (Dynamic Workload Scheduler), "
+                       "Spot VMs, reservations and persistent resources, with no duplicate or orphaned "
+                       "jobs, and a local Vertex AI emulator.",
+        "versions": [__version__, *PREVIOUS_VERSIONS],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_gpu_sched.hooks.vertex_training"]}],
         "connection-types": connection_types(google_provider_installed=_installed(GOOGLE_PROVIDER)),
         "extra-links": ["airflow_gpu_sched.operators.base.VertexCustomJobLink",
@@ -68,6 +83,13 @@ def get_provider_info() -> dict:
                                           "airflow_gpu_sched.operators.flex_start", "airflow_gpu_sched.operators.spot",
                                           "airflow_gpu_sched.operators.persistent"]}],
         "cli": ["airflow_gpu_sched.tools.airflow_cli.get_cli_commands"],  # `airflow gpu-sched ...`
+        # the model Assets a training pipeline updates: vertex-ai://PROJECT/REGION/models/NAME
+        "asset-uris": [{"schemes": ["vertex-ai"], "handler": f"{ASSETS}.sanitize_uri",
+                        "factory": f"{ASSETS}.create_asset",
+                        "to_openlineage_converter": f"{ASSETS}.convert_asset_to_openlineage"}],
+        # the UI plugin (GPU training tab); also the airflow.plugins entry point, which is what
+        # loads it while [core] lazy_discover_providers is on (Airflow's default), as OpenLineage does
+        "plugins": [{"name": "airflow_gpu_sched", "plugin-class": "airflow_gpu_sched.ui.plugin.GpuSchedPlugin"}],
         "integrations": [{"integration-name": INTEGRATION,
                           "external-doc-url": "https://cloud.google.com/vertex-ai/docs/training/overview",
                           "tags": ["gcp"]}],

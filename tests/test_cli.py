@@ -52,7 +52,7 @@ def test_emulator_serves_seeds_rejects_t4_and_filters_by_label(emulator_process,
     t4 = json.loads((DATA / "seed_000_flex_start.json").read_text())
     t4["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(machineType="n1-standard-4",
                                                                acceleratorType="NVIDIA_TESLA_T4")
-    code, error = curl("-X", "POST", "-d", json.dumps(t4), jobs)
+    code, error = curl("-X", "POST", "-H", "Content-Type: application/json", "-d", json.dumps(t4), jobs)
     assert code == 400 and "acceleratorType" in error["error"]["message"]
 
     code, listed = curl("-G", "--data-urlencode", 'filter=labels.seed="seed-001"', jobs)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 
 from airflow_gpu_sched.tools.cli import main
 from tests.airflow_harness import run_dag
@@ -86,7 +87,7 @@ def test_jobs_list_shows_dag_task_try_strategy_and_state_from_labels_and_spec(ai
                                                                      "replicaCount": "1",
                                                                      "containerSpec": {"imageUri": "gcr.io/p/x"}}]}})
 
-    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--json")
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "-o", "json")
     assert code == 0
     [row] = json.loads(out)
     assert row["name"] == result["Train.Big"].return_value["job_name"]
@@ -115,7 +116,7 @@ def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(airflo
     [name] = [j["name"] for j in _every_job(airflow)]
     assert _state(airflow, name) not in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING")  # the job ran on
 
-    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "--json")
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
     [orphan] = json.loads(out)
     assert code == 0 and orphan["name"] == name and orphan["dag"] == "cli_orphaned"
     assert orphan["why"] == f"task instance is failed (run {result.run_id}, try 1)"
@@ -124,7 +125,7 @@ def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(airflo
     with create_session() as session:
         session.execute(update(TaskInstance).where(TaskInstance.dag_id == "cli_orphaned")
                         .values(state="up_for_retry"))
-    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "--json")
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
     assert json.loads(out) == []
     with create_session() as session:
         session.execute(update(TaskInstance).where(TaskInstance.dag_id == "cli_orphaned").values(state="failed"))
@@ -162,7 +163,7 @@ def test_a_job_whose_run_was_deleted_is_an_orphan(airflow, capsys):
     run_dag(_dies_after_create_dag("cli_run_deleted"), logical_date=START)
     with create_session() as session:
         session.execute(delete(DagRun).where(DagRun.dag_id == "cli_run_deleted"))
-    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "--json")
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
     [orphan] = json.loads(out)
     assert orphan["dag"] == "cli_run_deleted" and orphan["why"] == "no task instance of it in the metadata DB"
 
@@ -189,7 +190,7 @@ def _dag_file(tmp_path, count: int = 1, **extra: str) -> str:
 
 
 def test_plan_check_lists_each_step_its_regions_and_the_rules_it_passes(airflow_db, tmp_path, capsys):
-    code, out, _ = cli(capsys, "plan", "check", _dag_file(tmp_path), "--json")
+    code, out, _ = cli(capsys, "plan", "check", _dag_file(tmp_path), "-o", "json")
     rows = json.loads(out)
     assert code == 0
     assert [(r["task"], r["position"], r["step"].split("(")[0], r["regions"], r["violations"]) for r in rows] == [
@@ -220,7 +221,7 @@ def test_plan_check_of_a_dag_that_breaks_a_rule_names_the_field(airflow_db, tmp_
 def test_quota_check_compares_each_step_and_region_with_the_quota(airflow, tmp_path, capsys):
     airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 1, region="us-east4")
     airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 16, region="us-central1")
-    code, out, _ = cli(capsys, "quota", "check", _dag_file(tmp_path, count=2), "--json")
+    code, out, _ = cli(capsys, "quota", "check", _dag_file(tmp_path, count=2), "-o", "json")
     rows = {(r["step"], r["region"]): r for r in json.loads(out)}
     assert code == 1  # a quota too low: a non-zero exit for scripts
     assert rows["FLEX_START", "us-east4"]["verdict"] == "TOO LOW: needs 2, limit 1"
@@ -243,14 +244,14 @@ def test_plan_and_quota_check_show_every_member_of_a_race_in_its_own_region(airf
     """A race submits all its members at once: each is checked, and needs its quota, in its region."""
     path = tmp_path / "raced.py"
     path.write_text(RACE_DAG_FILE.format(project=PROJECT, count=2))
-    code, out, _ = cli(capsys, "plan", "check", str(path), "--json")
+    code, out, _ = cli(capsys, "plan", "check", str(path), "-o", "json")
     rows = [(r["position"], r["step"].split(": ")[-1].split("(")[0], r["regions"], r["rules"])
             for r in json.loads(out)]
     assert code == 0
     assert rows[1:3] == [(1, "FLEX_START", ["europe-west4"], ["general", "FLEX_START"]),
                          (1, "SPOT", ["us-east4"], ["general", "SPOT"])], rows
     airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 1, region="us-east4")
-    code, out, _ = cli(capsys, "quota", "check", str(path), "--json")
+    code, out, _ = cli(capsys, "quota", "check", str(path), "-o", "json")
     quota = {(r["step"], r["region"]): r["verdict"] for r in json.loads(out)}
     assert code == 1 and quota["SPOT", "us-east4"] == "TOO LOW: needs 2, limit 1", quota
     assert ("FLEX_START", "europe-west4") in quota and ("RACE", "us-central1") not in quota
@@ -263,7 +264,7 @@ def _airflow() -> str:
 def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_path):
     """`airflow gpu-sched ...` (the provider info's ``cli`` key), in its own process, as users run it."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    good = subprocess.run([_airflow(), "gpu-sched", "plan", "check", _dag_file(tmp_path), "--json"],
+    good = subprocess.run([_airflow(), "gpu-sched", "plan", "check", _dag_file(tmp_path), "-o", "json"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert good.returncode == 0, good.stderr
     assert [row["step"].split("(")[0] for row in json.loads(good.stdout)] == [
@@ -276,9 +277,9 @@ def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_
     assert refused.returncode == 2 and "acceleratorCount" in refused.stderr  # the exit code survives airflow's CLI
 
     listed = subprocess.run([_airflow(), "gpu-sched", "jobs", "list", "--location", LOCATION,
-                             "--api-endpoint", airflow.url, "--json"],
+                             "--api-endpoint", airflow.url, "-o", "yaml"],
                             capture_output=True, text=True, env=env, timeout=120)
-    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    assert listed.returncode == 0 and yaml.safe_load(listed.stdout) == []
 
 
 def _job(**labels):
@@ -315,7 +316,7 @@ def test_which_active_jobs_are_orphans(job, tis, orphan):
 
 def test_quota_check_without_a_dag_lists_the_regions_gpu_quotas(fast_emulator, capsys):
     fast_emulator.set_quota_limit("custom_model_training_preemptible_nvidia_h100_gpus", 3, region="us-east4")
-    code, out, _ = cli(capsys, "quota", "check", "--location", "us-east4", "--json")
+    code, out, _ = cli(capsys, "quota", "check", "--location", "us-east4", "-o", "json")
     limits = {row["metric"].rsplit("/", 1)[-1]: row["limit"] for row in json.loads(out)}
     assert code == 0 and limits["custom_model_training_preemptible_nvidia_h100_gpus"] == 3
     code, _, err = cli(capsys, "quota", "check")
@@ -335,7 +336,7 @@ def test_api_endpoint_without_a_connection_reads_the_emulator(emulator, airflow_
         "displayName": "by-hand", "labels": {"managed-by": "airflow-gpu-sched", "airflow-dag": "d"},
         "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
                                          "containerSpec": {"imageUri": "gcr.io/p/x"}}]}})
-    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--api-endpoint", emulator.url, "--json")
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--api-endpoint", emulator.url, "-o", "json")
     [row] = json.loads(out)
     assert code == 0 and row["dag"] == "d" and row["task"] is None and row["strategy"] == "STANDARD"
 
@@ -350,3 +351,141 @@ def test_a_tuning_jobs_trials_are_linked_to_it_and_only_the_tuning_job_is_an_orp
     linked = platform.link_children([tuning, trial, other])
     assert [r.parent for r in linked] == [None, tuning.name, None]
     assert [o.job.name for o in platform.find_orphans(linked, [_ti("failed")])] == [tuning.name, other.name]
+
+
+# ---------------------------------------------------------------------- conventions, as users run it
+
+def _script() -> str:
+    """The installed console script (``[project.scripts]``), run with this checkout on PYTHONPATH."""
+    return str(Path(sys.executable).with_name("airflow-gpu-sched"))
+
+
+def run_script(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([_script(), *argv], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _managed_job(emulator, dag: str = "d") -> None:
+    requests.post(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5, json={
+        "displayName": "by-hand", "labels": {"managed-by": "airflow-gpu-sched", "airflow-dag": dag},
+        "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                                         "containerSpec": {"imageUri": "gcr.io/p/x"}}]}})
+
+
+def test_version_and_help_are_for_users():
+    from airflow_gpu_sched import __version__
+
+    version = run_script("--version")
+    assert version.returncode == 0 and version.stdout == f"airflow-gpu-sched {__version__}\n"
+    helped = run_script("--help")
+    assert helped.returncode == 0
+    assert "May import" not in helped.stdout and "never airflow" not in helped.stdout  # no internal notes
+    assert "exit codes: 0 ok; 1 findings" in helped.stdout and "3 API or connection error" in helped.stdout
+    listing = run_script("jobs", "list", "--help").stdout
+    assert "-o (table, json, yaml, plain), --output (table, json, yaml, plain)" in listing and "--wait" in listing
+
+
+def test_every_listing_format_and_the_deprecated_json_alias(vertex_conn):
+    _managed_job(vertex_conn)
+    where = ["jobs", "list", *WHERE]
+
+    def stable(row: dict) -> tuple:  # the job moves on between two commands (QUEUED, then RUNNING...)
+        return row["name"], row["dag"], row["job_type"], row["strategy"], row["created"]
+
+    as_json = run_script(*where, "-o", "json")
+    assert as_json.returncode == 0 and as_json.stderr == "", as_json.stderr
+    [row] = json.loads(as_json.stdout)
+    assert row["dag"] == "d" and row["strategy"] == "STANDARD" and set(row) >= set(JOB_COLUMNS)
+
+    as_yaml = run_script(*where, "--output", "yaml")
+    [yaml_row] = yaml.safe_load(as_yaml.stdout)
+    assert as_yaml.returncode == 0 and set(yaml_row) == set(row) and stable(yaml_row) == stable(row)
+
+    plain = run_script(*where, "-o", "plain").stdout.splitlines()
+    assert plain[0].split("\t") == JOB_COLUMNS and len(plain) == 2
+    plain_row = dict(zip(JOB_COLUMNS, plain[1].split("\t")))
+    assert (plain_row["name"], plain_row["task"], plain_row["created"]) == (row["name"], "-", row["created"])
+
+    table = run_script(*where).stdout.splitlines()
+    assert table[0].split()[:2] == ["DAG", "TASK"] and table[1].split()[0] == "d"
+
+    alias = run_script(*where, "--json")  # the old flag still works, and says it is going away
+    [alias_row] = json.loads(alias.stdout)
+    assert alias.returncode == 0 and stable(alias_row) == stable(row)
+    assert "--json is deprecated" in alias.stderr and "-o json" in alias.stderr
+
+    empty = run_script("jobs", "list", "--project", PROJECT, "--location", "europe-west4", "-o", "yaml")
+    assert empty.returncode == 0 and yaml.safe_load(empty.stdout) == []
+    assert run_script("jobs", "list", *WHERE, "-o", "csv").returncode == 2  # not a format
+
+
+JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended",
+               "job_type", "name"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # bound then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_endpoint_is_one_line_and_exit_3_without_retries(airflow_db):
+    dead = f"http://127.0.0.1:{_free_port()}"
+    run = run_script("jobs", "list", *WHERE, "--conn-id", "no_such_conn", "--api-endpoint", dead)
+    assert run.returncode == 3 and run.stdout == ""
+    assert run.stderr.splitlines() == [f"error: cannot reach {dead}: connection refused "
+                                       "(not retried; --wait retries for a while)"], run.stderr
+    assert "retrying" not in run.stderr and "Traceback" not in run.stderr
+
+
+def test_wait_is_what_turns_retries_on():
+    from airflow_gpu_sched.tools import platform
+
+    quick = platform.make_client("unused", LOCATION, PROJECT, api_endpoint="http://127.0.0.1:9", wait=False)
+    patient = platform.make_client("unused", LOCATION, PROJECT, api_endpoint="http://127.0.0.1:9", wait=True)
+    assert quick.retry.deadline == 0 and patient.retry.deadline == platform.WAIT_SECONDS > 0
+
+
+def test_an_api_error_is_exit_3_and_a_usage_error_exit_2(vertex_conn, airflow_db, tmp_path):
+    refused = run_script("jobs", "list", *WHERE, "--api-endpoint", f"{vertex_conn.url}/no-such-prefix")  # a 404
+    assert refused.returncode == 3 and refused.stdout == "" and refused.stderr.startswith("error: "), refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+    assert run_script("jobs", "list").returncode == 2  # --location missing: argparse's usage error
+    assert run_script("no-such-command").returncode == 2
+    missing_conn = run_script("jobs", "list", *WHERE, "--conn-id", "no_such_conn")
+    assert missing_conn.returncode == 2 and "airflow connections add" in missing_conn.stderr
+    no_dag = run_script("plan", "check", str(tmp_path / "nope.py"))
+    assert no_dag.returncode == 2 and no_dag.stderr == f"error: {tmp_path / 'nope.py'}: no such file\n"
+    no_scenario = run_script("emulator", "--port", "0", "--scenario", str(tmp_path / "nope.yaml"))
+    assert no_scenario.returncode == 2 and "nope.yaml" in no_scenario.stderr and "Traceback" not in no_scenario.stderr
+
+
+def test_findings_are_exit_1(airflow, tmp_path):
+    airflow.set_quota_limit("custom_model_training_preemptible_nvidia_a100_gpus", 1, region="us-east4")
+    run = run_script("quota", "check", _dag_file(tmp_path, count=2), "-o", "json")
+    assert run.returncode == 1, run.stderr
+    assert "TOO LOW: needs 2, limit 1" in {r["verdict"] for r in json.loads(run.stdout)}
+
+
+def test_timeline_errors_are_one_line_and_write_no_svg(emulator, tmp_path):
+    out = tmp_path / "t.svg"
+    cases = {  # argv -> (exit code, what the line says)
+        ("--xcom", str(tmp_path / "missing.json")): (2, "missing.json: No such file or directory"),
+        ("--xcom", str(tmp_path / "bad.json")): (2, "bad.json: not valid JSON"),
+        ("--xcom", str(tmp_path / "list.json")): (2, "expected a task's return value (an object), got list"),
+        ("--xcom", str(tmp_path / "odd.json")): (2, "not a training task's return value"),
+        ("--emulator", f"http://127.0.0.1:{_free_port()}"): (3, "cannot reach http://127.0.0.1:"),
+        ("--emulator", f"{emulator.url}/not-here"): (3, "answered HTTP 404"),  # an error page is not a drawing
+    }
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "list.json").write_text("[]")
+    (tmp_path / "odd.json").write_text('{"train": 3}')
+    for argv, (code, words) in cases.items():
+        run = run_script("timeline", *argv, "--out", str(out))
+        assert run.returncode == code and words in run.stderr, (argv, run.stderr)
+        assert "Traceback" not in run.stderr and len(run.stderr.splitlines()) == 1 and not out.exists(), argv
+    good = run_script("timeline", "--emulator", emulator.url, "--out", str(out))
+    assert good.returncode == 0 and out.read_text().startswith("<svg")

@@ -8,8 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
+from airflow_gpu_sched.emulator import EmulatorServer, Scenario
+from airflow_gpu_sched.emulator.control import EmulatorControl
 from tests.conftest import LOCATION, PROJECT
 
 TRAIN = Path(__file__).parent.parent / "dags_examples" / "training" / "train.py"
@@ -26,8 +29,19 @@ def _wait_for(emulator, name: str, state: str, seconds: float = 30) -> None:
         time.sleep(0.05)
 
 
-def test_a_preempted_job_resumes_from_its_checkpoint(emulator, tmp_path):
-    emulator.reset({"seed": 1, "speed": 1, "execute": True, "executeRoot": str(tmp_path)})
+@pytest.fixture
+def executing(tmp_path):
+    """An emulator started with execution on (as the CLI's --execute): a reset over HTTP cannot
+    switch it on (tests/test_emulator_security.py), and keeps it on."""
+    with EmulatorServer(Scenario(seed=1, speed=1, execute=True, execute_root=str(tmp_path))) as server:
+        control = EmulatorControl(server.url)
+        control.reset({"seed": 1, "speed": 1})
+        yield control
+        control.reset({})  # stops the processes
+
+
+def test_a_preempted_job_resumes_from_its_checkpoint(executing, tmp_path):
+    emulator = executing
     body = {"displayName": "resume", "jobSpec": {
         "workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
                                              "acceleratorCount": 1}, "replicaCount": "1",
@@ -55,8 +69,8 @@ def test_a_preempted_job_resumes_from_its_checkpoint(emulator, tmp_path):
     assert json.loads(checkpoint.read_text())["step"] == 60
 
 
-def test_a_failing_command_fails_the_job_with_its_exit_status(emulator, tmp_path):
-    emulator.reset({"seed": 1, "speed": 1, "execute": True, "executeRoot": str(tmp_path)})
+def test_a_failing_command_fails_the_job_with_its_exit_status(executing, tmp_path):
+    emulator = executing
     body = {"displayName": "boom", "jobSpec": {"workerPoolSpecs": [{
         "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
         "containerSpec": {"imageUri": "local", "command": [sys.executable, "-c", "raise SystemExit(7)"]}}]}}

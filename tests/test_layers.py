@@ -35,10 +35,11 @@ RULES = {
     "ui": ({"vertex", "ui"}, "anywhere"),  # the Airflow UI plugin: only Airflow loads it
 }
 # the top-level modules outside the layers: the provider's entry point (which reads the data modules
-# of the connection form and the config option), and the re-exports kept for old imports (each may
+# of the connection form and the config options), and the re-exports kept for old imports (each may
 # import the one module it re-exports)
 TOP_LEVEL = {f"{PACKAGE}": set(),
-             f"{PACKAGE}.provider": {f"{PACKAGE}.hooks.connection_form", f"{PACKAGE}.orchestration.failure_patterns"},
+             f"{PACKAGE}.provider": {f"{PACKAGE}.hooks.connection_form", f"{PACKAGE}.orchestration.failure_patterns",
+                                     f"{PACKAGE}.orchestration.console"},
              f"{PACKAGE}.client": {f"{PACKAGE}.vertex.client"},
              f"{PACKAGE}.plans": {f"{PACKAGE}.orchestration.plans"},
              f"{PACKAGE}.errors": {f"{PACKAGE}.orchestration.errors"}}

@@ -162,3 +162,77 @@ def test_every_field_of_the_form_is_read_by_the_client(name):
     assert set(FORM_VALUES) == set(CONN_FIELDS)
     for extras in ({name: FORM_VALUES[name]}, {f"extra__google_cloud_platform__{name}": FORM_VALUES[name]}):
         assert ConnectionSettings.from_extras(extras) != ConnectionSettings.from_extras({}), extras
+
+
+# ---------------------------------------------------------------------- provider info complete
+
+def _schema() -> dict:
+    import json
+    from pathlib import Path
+
+    import airflow
+
+    return json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+
+
+def test_the_provider_info_is_valid_against_airflows_schema():
+    import jsonschema
+
+    from airflow_gpu_sched import __version__
+    from airflow_gpu_sched.provider import get_provider_info
+
+    info = get_provider_info()
+    jsonschema.validate(info, _schema())  # the schema Airflow's own providers are checked against
+    assert info["versions"][0] == __version__  # the version is written once (airflow_gpu_sched/__init__.py)
+    for entry in info["asset-uris"] + [{"handler": p["plugin-class"]} for p in info["plugins"]]:
+        for key in ("handler", "factory", "to_openlineage_converter"):
+            if entry.get(key):
+                module, _, name = entry[key].rpartition(".")
+                assert callable(getattr(__import__(module, fromlist=[name]), name)), entry[key]
+
+
+def test_descriptions_survive_airflows_formatting():
+    """`airflow providers list|get` strip every ` _ < > from the description (its
+    _remove_rst_syntax): "FLEX_START" would show as "FLEXSTART"."""
+    from airflow.cli.commands.provider_command import _remove_rst_syntax
+
+    from airflow_gpu_sched.provider import get_provider_info
+
+    info = get_provider_info()
+    assert _remove_rst_syntax(info["description"]) == info["description"].strip(" \n.")
+    assert "flex-start" in _remove_rst_syntax(info["description"])
+
+
+def test_vertex_ai_asset_uris_are_registered_and_normalized(airflow_db):
+    from airflow.sdk import Asset
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    from airflow_gpu_sched.orchestration.assets import convert_asset_to_openlineage, create_asset, model_asset
+
+    assert "vertex-ai" in ProvidersManagerTaskRuntime().asset_uri_handlers
+    assert Asset(uri="VERTEX-AI://My-Project/US-Central1/models/Nightly-Model/").uri == (
+        "vertex-ai://my-project/us-central1/models/Nightly-Model")  # project and region lowercased, name kept
+    for bad in ("vertex-ai:///us-central1/models/m", "vertex-ai://p/us-central1/m", "vertex-ai://p/us-central1/models/"):
+        with pytest.raises(ValueError, match="vertex-ai://PROJECT/REGION/models/DISPLAY_NAME"):
+            Asset(uri=bad)
+    made = create_asset(project_id="p", location="us-central1", model_display_name="m", extra={"k": 1})
+    assert made.uri == model_asset("p", "us-central1", "m").uri and made.extra == {"k": 1}
+    dataset = convert_asset_to_openlineage(made)
+    assert (dataset.namespace, dataset.name) == ("vertex-ai://p/us-central1", "models/m")  # as lineage_facets.py
+
+
+def test_airflow_lists_the_provider_its_scheme_and_plugin_as_users_see_them(airflow_db):
+    """`airflow providers get airflow-gpu-sched --full -o json`, in its own process."""
+    import json
+    import os
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    run = subprocess.run([airflow, "providers", "get", "airflow-gpu-sched", "--full", "-o", "json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    [info] = json.loads(run.stdout[run.stdout.index("["):])
+    assert "flex-start (Dynamic Workload Scheduler)" in info["description"]
+    assert [a["schemes"] for a in info["asset-uris"]] == [["vertex-ai"]]
+    assert info["plugins"] == [{"name": "airflow_gpu_sched", "plugin-class": "airflow_gpu_sched.ui.plugin.GpuSchedPlugin"}]

@@ -48,7 +48,7 @@ def _cancel_when_running(emulator):
         jobs = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
                             timeout=5).json().get("customJobs", [])
         if jobs and jobs[0]["state"] == "JOB_STATE_RUNNING":
-            requests.post(f"{emulator.url}/v1/{jobs[0]['name']}:cancel", timeout=5).raise_for_status()
+            requests.post(f"{emulator.url}/v1/{jobs[0]['name']}:cancel", json={}, timeout=5).raise_for_status()
             return
         time.sleep(0.02)
 

@@ -39,9 +39,11 @@ def installed(tmp_path_factory) -> tuple[Path, Path, dict]:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
     (site / "project_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
-                    str(wheel)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "AIRFLOW"))}
+    # without PYTHONPATH here too: a checkout on it (with the egg-info a build leaves) would look
+    # like the package already installed, and pip would skip the wheel
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
+                    str(wheel)], check=True, capture_output=True, env=env)
     env.update(AIRFLOW_HOME=str(tmp / "airflow_home"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     return wheel, venv, env
 
@@ -55,7 +57,23 @@ def test_the_wheel_carries_the_markers_the_license_and_the_examples(installed):
             "airflow_gpu_sched/vertex/data/request_schema.json"} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Classifier: Framework :: Apache Airflow :: Provider" in metadata
-    assert "Project-URL:" in metadata
+    lines = metadata.splitlines()
+    from airflow_gpu_sched import __version__
+
+    assert f"Version: {__version__}" in lines  # the one version, read from airflow_gpu_sched/__init__.py
+    # PEP 639: an SPDX expression and the license file, no legacy License field or classifier
+    assert "License-Expression: Apache-2.0" in lines and "License-File: LICENSE" in lines
+    assert not any(line.startswith(("License:", "Classifier: License ::")) for line in lines)
+    urls = {line.split(": ", 1)[1].split(",")[0] for line in lines if line.startswith("Project-URL: ")}
+    assert {"Documentation", "Source", "Changelog"} <= urls
+    # exactly the Python versions the suite runs on: the one running it
+    pythons = {line.rsplit(" :: ", 1)[1] for line in lines if line.startswith("Classifier: Programming Language :: Python :: 3.")}
+    assert pythons == {f"{sys.version_info.major}.{sys.version_info.minor}"}
+    assert "Provides-Extra: google" in lines
+    assert any(line.startswith("Requires-Dist: apache-airflow-providers-google") and 'extra == "google"' in line
+               for line in lines)
+    assert not any(line.startswith("Requires-Dist: apache-airflow-providers-google") and "extra ==" not in line
+                   for line in lines)  # not a runtime dependency
 
 
 def test_demo_strategies_runs_from_the_installed_wheel(installed, tmp_path):
@@ -100,3 +118,39 @@ def test_airflow_finds_the_ui_plugin_of_the_installed_wheel_by_its_entry_point(i
     mine = next(p for p in plugins if p["name"] == "airflow_gpu_sched")
     assert mine["source"].startswith("airflow-gpu-sched==") or "airflow_gpu_sched" in mine["source"], mine
     assert "/gpu-sched" in str(mine["fastapi_apps"]) and "dag_run" in str(mine["external_views"])
+
+
+def test_the_cli_of_the_installed_wheel_shows_its_version_and_lists_as_yaml(installed, tmp_path):
+    """Done when of issue 25: ``--version``, ``jobs list -o yaml`` and ``airflow gpu-sched plan check
+    ... -o json`` from the wheel in a fresh virtualenv."""
+    import json
+
+    import yaml
+
+    from airflow_gpu_sched import __version__
+    from airflow_gpu_sched.emulator import EmulatorServer
+
+    _, venv, env = installed
+    script = str(venv / "bin" / "airflow-gpu-sched")
+    version = subprocess.run([script, "--version"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert version.returncode == 0 and version.stdout.strip() == f"airflow-gpu-sched {__version__}"
+    with EmulatorServer() as server:
+        listed = subprocess.run([script, "jobs", "list", "--project", "p", "--location", "us-central1",
+                                 "--api-endpoint", server.url, "-o", "yaml"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert yaml.safe_load(listed.stdout) == []
+    dag = tmp_path / "planned.py"
+    dag.write_text(
+        "from datetime import datetime\nfrom airflow.sdk import DAG\n"
+        "from airflow_gpu_sched.operators import GpuTrainingOperator\n"
+        "with DAG('wheel_planned', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    GpuTrainingOperator(task_id='train', project_id='p', location='us-central1', image_uri='gcr.io/p/t:1',\n"
+        "        machine_type='a2-highgpu-1g', accelerator_type='NVIDIA_TESLA_A100', accelerator_count=1,\n"
+        "        plan=[{'strategy': 'FLEX_START', 'max_wait_duration': '2h'}, {'strategy': 'SPOT'}])\n")
+    checked = subprocess.run([str(venv / "bin" / "python"), "-m", "airflow", "gpu-sched", "plan", "check", str(dag),
+                              "-o", "json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    rows = json.loads(checked.stdout[checked.stdout.index("["):])
+    assert [r["step"].split("(")[0] for r in rows] == ["FLEX_START", "SPOT"]

@@ -18,10 +18,13 @@ from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.auth import StandInError, TokenIssuer
 from airflow_gpu_sched.emulator.backend import Backend
+from airflow_gpu_sched.emulator.guard import Guard, GuardSettings
+from airflow_gpu_sched.emulator.limits import MAX_ADVANCE_SECONDS, bounded_seconds, parse_json
 from airflow_gpu_sched.emulator.logging_api import add_logging_routes
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.paging import parse_page_size
@@ -91,10 +94,7 @@ async def _body(request: Request) -> dict:
     raw = await request.body()
     if not raw:
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ApiError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}") from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ApiError("INVALID_ARGUMENT", "Invalid JSON payload received: expected an object.")
     return body
@@ -103,14 +103,27 @@ async def _body(request: Request) -> dict:
 async def _strict_body(request: Request, rpc: str) -> dict:
     """The body, refused as Google's JSON front end refuses it (unknown names, wrong types)."""
     raw = await request.body()
-    try:
-        body = json.loads(raw) if raw else {}
-    except ValueError as exc:
-        raise ApiError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}") from None
+    body = parse_json(raw) if raw else {}
     error = refusal(rpc, body)
     if error:
         raise error
     return body
+
+
+# Scenario fields that run commands or touch the filesystem: the CLI or the constructor sets them
+# (EmulatorServer(scenario)), never a request (docs/security.md).
+EXECUTION_FIELDS = ("execute", "executeRoot", "executeWorkdir", "execute_root", "execute_workdir")
+
+
+def _refuse_execution(body: dict) -> None:
+    named = [name for name in EXECUTION_FIELDS if name in body]
+    if named:
+        listed = ", ".join(repr(name) for name in named)
+        raise ApiError("INVALID_ARGUMENT", f"reset: {listed} cannot be set over HTTP: it runs commands or writes "
+                                           "files as the emulator's user. Start the emulator with --execute "
+                                           "(--execute-root, --workdir) instead.",
+                       [{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": [
+                           {"field": name, "description": "set only on the command line"} for name in named]}])
 
 
 def _page_size(request: Request) -> int | None:
@@ -224,11 +237,23 @@ def _add_token_services(app: FastAPI, backend: Backend, auth: TokenIssuer) -> No
                       methods=["GET"], include_in_schema=False)
 
 
-def create_app(backend: Backend | None = None) -> FastAPI:
+def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
+               control_token: str | None = None) -> FastAPI:
+    """``allow_remote``: answer requests for any Host/Origin (emulator/guard.py);
+    ``control_token``: the token ``/emulator/v1/...`` requests must carry."""
     backend = backend or Backend()
     app = FastAPI(title="airflow-gpu-sched Vertex AI emulator", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.backend = backend
+    app.state.guard = GuardSettings(allow_remote=allow_remote, control_token=control_token)
+    app.add_middleware(Guard, settings=app.state.guard)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_served(request: Request, exc: StarletteHTTPException) -> Response:
+        # the router's own 404/405 (a path or method no route serves, an OPTIONS preflight) in
+        # Google's error shape, as NOT_FOUND (what Google's front end answers: assumed)
+        return _error(ApiError("NOT_FOUND", f"{request.method} {request.url.path[:200]} is not a method the "
+                                            "emulator serves."))
     auth = app.state.auth = TokenIssuer()
     traffic = app.state.traffic = TrafficRecorder()
     _add_token_services(app, backend, auth)  # before /v1/{path}: these paths are not Vertex methods
@@ -312,7 +337,9 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     @control("POST", "reset")
     async def reset(request: Request) -> dict:
         body = await _body(request)
-        backend.reset(Scenario.model_validate(body) if body else None)
+        _refuse_execution(body)
+        scenario = Scenario.model_validate(body) if body else Scenario()
+        backend.reset(scenario.model_copy(update=backend.execution))  # the server's own, kept
         auth.configure({})  # a reset emulator accepts requests without a token again
         traffic.clear()
         return {}
@@ -380,7 +407,7 @@ def create_app(backend: Backend | None = None) -> FastAPI:
     @control("POST", "clock:advance")
     async def advance_clock(request: Request) -> dict:
         body = await _body(request)
-        backend.clock.advance(float(body.get("seconds", 0)))
+        backend.clock.advance(bounded_seconds(body.get("seconds", 0), "seconds", MAX_ADVANCE_SECONDS))
         backend.advance()
         return {"now": backend.clock.now().isoformat(), "speed": backend.clock.speed}
 

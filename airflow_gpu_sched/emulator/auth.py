@@ -67,6 +67,16 @@ class TokenIssuer:
     grants: list[dict] = field(default_factory=list)
 
     def configure(self, body: dict) -> dict:
+        bad = [key for key in ("accessToken", "impersonatedToken", "federatedToken", "subjectToken")
+               if body.get(key) is not None and not (isinstance(body[key], str) and body[key].isascii()
+                                                     and body[key].isprintable())]
+        bad += [key for key in ("requireToken", "rejectTokens") if not isinstance(body.get(key, False), bool)]
+        secrets_ = body.get("secrets") or {}
+        if not isinstance(secrets_, dict) or not all(isinstance(v, str) for v in secrets_.values()):
+            bad.append("secrets")
+        if bad:  # checked before any change: a refused request leaves the settings as they were
+            raise ValueError(f"auth: {', '.join(bad)}: tokens are printable ASCII strings, requireToken and "
+                             "rejectTokens booleans, secrets an object of strings")
         for key, attr in (("accessToken", "access_token"), ("impersonatedToken", "impersonated_token"),
                           ("federatedToken", "federated_token")):
             if body.get(key):
@@ -74,7 +84,7 @@ class TokenIssuer:
         self.subject_token = str(body["subjectToken"]) if body.get("subjectToken") else None
         self.require_token = bool(body.get("requireToken", False))
         self.reject_tokens = bool(body.get("rejectTokens", False))
-        self.secrets = {name: str(value).encode() for name, value in (body.get("secrets") or {}).items()}
+        self.secrets = {name: str(value).encode() for name, value in secrets_.items()}
         self.impersonations, self.exchanges, self.secret_accesses, self.grants = [], [], [], []
         return {"requireToken": self.require_token, "rejectTokens": self.reject_tokens,
                 "secrets": sorted(self.secrets)}
@@ -104,8 +114,9 @@ class TokenIssuer:
         "unknownAuthorization"."""
         if authorization is None:
             return None
+        given = authorization.encode("utf-8", "surrogateescape")  # compare_digest refuses non-ASCII str
         for kind, token in zip(KINDS, (self.access_token, self.impersonated_token, self.federated_token)):
-            if hmac.compare_digest(authorization, f"Bearer {token}"):
+            if hmac.compare_digest(given, f"Bearer {token}".encode()):
                 return kind
         return "unknownAuthorization"
 
@@ -115,6 +126,9 @@ class TokenIssuer:
         kind = self.classify(authorization)
         if kind:
             stats[kind] = stats.get(kind, 0) + 1
+        if authorization is not None and not (authorization.isascii() and authorization.isprintable()):
+            # no OAuth token holds such characters (RFC 6750 b64token): Google answers 401
+            return "Request had invalid authentication credentials. Expected OAuth 2 access token."
         return self.refusal(kind)
 
     def refusal(self, kind: str | None) -> str | None:
@@ -142,12 +156,14 @@ class TokenIssuer:
         scope, delegates = body.get("scope"), body.get("delegates") or []
         if not isinstance(scope, list) or not scope or not all(isinstance(s, str) and s for s in scope):
             raise StandInError("INVALID_ARGUMENT", "Scope required.")
+        if not isinstance(delegates, list):
+            delegates = [delegates]
         bad = [d for d in delegates if not (isinstance(d, str) and _ACCOUNT.fullmatch(d))]
-        if bad or not isinstance(delegates, list):
+        if bad:
             raise StandInError("INVALID_ARGUMENT", "Invalid form of account ID " + ", ".join(map(str, bad))
                                + ". Should be [Gaia ID |Email |Unique ID |] of the account")
         lifetime = str(body.get("lifetime") or "3600s")
-        match = re.fullmatch(r"(\d+)(?:\.\d+)?s", lifetime)
+        match = re.fullmatch(r"([0-9]{1,12})(?:\.[0-9]{1,9})?s", lifetime)
         if not match or int(match.group(1)) > 3600:
             raise StandInError("INVALID_ARGUMENT", f"lifetime must be at most 3600s (got {lifetime!r})")
         self.impersonations.append({"target": account, "delegates": list(delegates), "scope": list(scope),
@@ -170,7 +186,8 @@ class TokenIssuer:
             raise StandInError("invalid_request", "audience must be the provider's full resource name "
                                                   "(//iam.googleapis.com/...)")
         subject = form.get("subject_token") or ""
-        matched = self.subject_token is None or hmac.compare_digest(subject, self.subject_token)
+        matched = self.subject_token is None or hmac.compare_digest(
+            subject.encode("utf-8", "surrogateescape"), self.subject_token.encode())
         self.exchanges.append({"audience": form.get("audience"), "subjectTokenType": form.get("subject_token_type"),
                                "scope": form.get("scope", ""), "subjectTokenMatched": matched})
         if not subject or not matched:

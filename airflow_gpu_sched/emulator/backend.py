@@ -166,6 +166,11 @@ class Backend(JobTypesMixin):
     Tuning jobs, training pipelines and models: :class:`JobTypesMixin` (``jobtypes.py``)."""
 
     def __init__(self, scenario: Scenario | None = None):
+        scenario = scenario or Scenario()
+        # The execution settings of the constructor's scenario (the CLI's --execute): a reset over
+        # HTTP keeps them and may not set them (app.py EXECUTION_FIELDS; docs/security.md).
+        self.execution = {"execute": scenario.execute, "execute_root": scenario.execute_root,
+                          "execute_workdir": scenario.execute_workdir}
         self.reset(scenario)
 
     # ------------------------------------------------------------------ set-up

@@ -11,9 +11,12 @@ import requests
 
 
 class EmulatorControl:
-    def __init__(self, url: str, timeout: float = 10.0):
+    def __init__(self, url: str, timeout: float = 10.0, control_token: str | None = None):
+        """``control_token``: the one an emulator started with ``--control-token`` printed."""
         self.url = url.rstrip("/")
         self._session = requests.Session()
+        if control_token:
+            self._session.headers["X-Emulator-Control-Token"] = control_token  # emulator/guard.py
         self._timeout = timeout
 
     def _call(self, method: str, path: str, body: dict | None = None) -> Any:

@@ -25,6 +25,7 @@ from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.job_logs import ExecutedLines, sort_key, synthetic
+from airflow_gpu_sched.emulator.limits import parse_json
 from airflow_gpu_sched.emulator.log_filters import parse_log_filter
 from airflow_gpu_sched.emulator.methods import SYSTEM_PARAMETERS, unknown_parameter_error
 from airflow_gpu_sched.emulator.paging import decode_token, encode_token
@@ -203,10 +204,7 @@ def add_logging_routes(app: FastAPI, backend: Any, traffic: Any, auth: Any) -> L
             return early
         try:
             raw = await request.body()
-            try:
-                body = json.loads(raw) if raw else {}
-            except ValueError as exc:
-                raise ApiError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}") from None
+            body = parse_json(raw) if raw else {}  # emulator/limits.py: depth, NaN, range
             return _json(store.list(body))
         except ApiError as exc:
             return _json(exc.body(), exc.http_status)

@@ -32,6 +32,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from airflow_gpu_sched.emulator.api_errors import ApiError
+from airflow_gpu_sched.emulator.limits import parse_json
 from airflow_gpu_sched.vertex.compute_schema import load as compute_table
 from airflow_gpu_sched.vertex.models import CustomJobSpec, format_timestamp
 from airflow_gpu_sched.vertex.reservations import Reservation, fit
@@ -215,9 +216,9 @@ def add_compute_routes(app: Any, backend: Any, auth: Any) -> None:  # noqa: C901
             if rpc == "reservations.insert":
                 raw = await request.body()
                 try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError as exc:
-                    raise ComputeError(400, f"Invalid JSON payload received. {exc}") from None
+                    body = parse_json(raw) if raw else {}  # emulator/limits.py: depth, NaN, range
+                except ApiError as exc:
+                    raise ComputeError(400, exc.message) from None
                 return answer(store.insert(parts[1], parts[3], body, backend.clock.now()))
             if rpc == "reservations.list":
                 raw_max = request.query_params.get("maxResults")

@@ -10,33 +10,44 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+# Bounds on what a scenario (the control API's bodies) may say (docs/security.md): every number
+# finite; durations 0..10 years of emulated time; speed (0, 1e6] as emulator/clock.py; an injected
+# fault's latency is real time, so at most 10 s (no request hangs on it); fault status codes 4xx/5xx.
+MAX_SCENARIO_SECONDS = 10 * 365 * 86400.0
+MAX_SCENARIO_SPEED = 1e6
+MAX_FAULT_LATENCY_SECONDS = 10.0
+Seconds = Annotated[float, Field(ge=0, le=MAX_SCENARIO_SECONDS)]
+Rate = Annotated[float, Field(ge=0, le=1)]
+Count = Annotated[int, Field(ge=-1, le=10**9)]  # GPUs, quota limits (-1: unlimited where allowed)
+
 
 class _Camel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              allow_inf_nan=False)
 
 
 class TierCapacity(_Camel):
     """GPUs per accelerator type and location, separately for each capacity strategy."""
 
-    standard: int | None = None
-    spot: int | None = None
-    flex_start: int | None = None
+    standard: Count | None = None
+    spot: Count | None = None
+    flex_start: Count | None = None
 
 
 class CapacitySetting(TierCapacity):
     location: str
     accelerator_type: str
-    at_seconds: float | None = Field(None, description="apply at this emulated second (None: now)")
+    at_seconds: Seconds | None = Field(None, description="apply at this emulated second (None: now)")
     # How long a STANDARD job of this accelerator here waits QUEUED for capacity before the service
     # gives up: FAILED, "Resources are insufficient in region: <location>" (observed:
     # openreview/openreview-expertise#401; the wait, code 8 and no ErrorInfo are assumed).
     # Left out: unchanged; null: queue for ever (the default).
-    standard_stockout_seconds: float | None = Field(None, ge=0)
+    standard_stockout_seconds: Seconds | None = None
 
 
 class QuotaSetting(_Camel):
@@ -45,8 +56,8 @@ class QuotaSetting(_Camel):
 
     location: str
     accelerator_type: str
-    standard: int | None = None
-    preemptible: int | None = None
+    standard: Count | None = None
+    preemptible: Count | None = None
 
 
 class QuotaLimit(_Camel):
@@ -56,7 +67,7 @@ class QuotaLimit(_Camel):
 
     metric: str
     region: str | None = None
-    limit: int
+    limit: Count
 
 
 class QuotasSetting(_Camel):
@@ -64,18 +75,19 @@ class QuotasSetting(_Camel):
 
     metric: str | None = None
     region: str | None = None
-    limit: int | None = None
+    limit: Count | None = None
     deny: bool | None = None
 
 
 class Faults(_Camel):
-    error_rate: float = 0.0
-    status_codes: list[int] = Field(default_factory=lambda: [429, 503])
-    latency_seconds: float = 0.0
+    error_rate: Rate = 0.0
+    status_codes: list[Annotated[int, Field(ge=400, le=599)]] = Field(default_factory=lambda: [429, 503],
+                                                                     min_length=1, max_length=100)
+    latency_seconds: float = Field(0.0, ge=0, le=MAX_FAULT_LATENCY_SECONDS)
     # Share of faulted 5xx responses that come *after* the request was carried out: the job
     # exists, but the client sees an error (a lost response), which makes a create ambiguous.
     # A 429 always means refused, never done.
-    after_handler_rate: float = 0.0
+    after_handler_rate: Rate = 0.0
 
 
 class Variants(_Camel):
@@ -129,23 +141,24 @@ class SeededReservation(_Camel):
 
 
 class Scenario(_Camel):
-    seed: int = 0
-    speed: float = 1.0
-    queue_seconds: float = 1.0  # least time a job shows QUEUED before it may be admitted
-    provisioning_seconds: float = 30.0  # PENDING -> RUNNING on fresh VMs
-    persistent_provisioning_seconds: float = 2.0  # PENDING -> RUNNING on a persistent resource
-    resource_provisioning_seconds: float = 60.0  # persistent resource PROVISIONING -> RUNNING
-    run_seconds: float = 60.0  # default run time (EMULATOR_RUN_SECONDS overrides per job)
-    cancel_seconds: float = 2.0  # CANCELLING -> CANCELLED
-    spot_preemptions_per_hour: float = 0.0  # random preemption rate of a running SPOT job
-    max_service_restarts: int = 6  # the service restarts a preempted SPOT job this many times
+    seed: int = Field(0, ge=-(2**63), le=2**63)
+    speed: float = Field(1.0, gt=0, le=MAX_SCENARIO_SPEED)
+    queue_seconds: Seconds = 1.0  # least time a job shows QUEUED before it may be admitted
+    provisioning_seconds: Seconds = 30.0  # PENDING -> RUNNING on fresh VMs
+    persistent_provisioning_seconds: Seconds = 2.0  # PENDING -> RUNNING on a persistent resource
+    resource_provisioning_seconds: Seconds = 60.0  # persistent resource PROVISIONING -> RUNNING
+    run_seconds: Seconds = 60.0  # default run time (EMULATOR_RUN_SECONDS overrides per job)
+    cancel_seconds: Seconds = 2.0  # CANCELLING -> CANCELLED
+    # random preemption rate of a running SPOT job; the service restarts a preempted one this many times
+    spot_preemptions_per_hour: float = Field(0.0, ge=0, le=1e7)
+    max_service_restarts: int = Field(6, ge=0, le=1000)
     default_capacity: TierCapacity = Field(
         default_factory=lambda: TierCapacity(standard=64, spot=64, flex_start=64)
     )
     capacity: list[CapacitySetting] = Field(default_factory=list)
     quota: list[QuotaSetting] = Field(default_factory=list)  # none set: unlimited (older form of `quotas`)
     quotas: list[QuotaLimit] = Field(default_factory=list)  # Cloud Quotas limits per metric and region
-    default_gpu_quota: int = 64  # what the quota API reports for a metric never set (not enforced)
+    default_gpu_quota: Count = 64  # what the quota API reports for a metric never set (not enforced)
     faults: Faults = Field(default_factory=Faults)
     variants: Variants = Field(default_factory=Variants)  # assumed behaviours: pick a variant
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)

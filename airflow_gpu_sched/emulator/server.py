@@ -35,14 +35,20 @@ class EmulatorServer:
 
     def __init__(self, scenario: Scenario | None = None, host: str = "127.0.0.1", port: int = 0,
                  allow_remote: bool = False, ssl_certfile: str | None = None,
-                 ssl_keyfile: str | None = None):
+                 ssl_keyfile: str | None = None, control_token: str | None = None):
+        """``allow_remote``: bind a non-loopback host and answer any Host/Origin (never with
+        ``scenario.execute``); ``control_token``: what ``/emulator/v1/...`` requests must carry in
+        the X-Emulator-Control-Token header (EmulatorControl(url, control_token=...))."""
         if not allow_remote and not is_loopback_host(host):
             raise ValueError(f"the emulator serves loopback only: it has no authentication, so anyone who can "
                              f"reach it can create and cancel its jobs and read their specs. Pass "
                              f"allow_remote=True (CLI: --allow-remote) to bind {host} anyway")
+        if allow_remote and scenario is not None and scenario.execute:
+            raise ValueError("--execute runs commands from job specs: loopback only, never with --allow-remote")
         self._ssl = {"ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile} if ssl_certfile else {}
         self.backend = Backend(scenario)
-        self._app = create_app(self.backend)
+        self.control_token = control_token
+        self._app = create_app(self.backend, allow_remote=allow_remote, control_token=control_token)
         self._socket = _bind(host, port)
         self.host, self.port = self._socket.getsockname()[:2]
         shown = f"[{self.host}]" if ":" in self.host else self.host

@@ -27,14 +27,25 @@ Handler = Callable[[Request, str], Awaitable[Response]]
 RouteMatcher = Callable[[str, str], "tuple[str, dict[str, str]] | None"]
 
 
+# A body over MAX_BODY bytes is recorded as None plus ``requestBodyBytes``/``responseBodyBytes``
+# (its size); past MAX_EXCHANGES exchanges the record stops growing and counts ``dropped``.
+MAX_BODY = 256 * 1024
+MAX_EXCHANGES = 100_000
+
+
+def _text(body: bytes) -> str | None:
+    return body.decode("utf-8", "replace") if body and len(body) <= MAX_BODY else None
+
+
 class TrafficRecorder:
     def __init__(self) -> None:
         self.recording = False
         self.bodies = True
         self.exchanges: list[dict[str, Any]] = []
+        self.dropped = 0
 
     def start(self, bodies: bool = True) -> dict:
-        self.recording, self.exchanges, self.bodies = True, [], bodies
+        self.recording, self.exchanges, self.bodies, self.dropped = True, [], bodies, 0
         return self.view()
 
     def stop(self) -> dict:
@@ -42,10 +53,10 @@ class TrafficRecorder:
         return self.view()
 
     def clear(self) -> None:
-        self.recording, self.exchanges = False, []
+        self.recording, self.exchanges, self.dropped = False, [], 0
 
     def view(self) -> dict:
-        return {"recording": self.recording, "exchanges": self.exchanges}
+        return {"recording": self.recording, "exchanges": self.exchanges, "dropped": self.dropped}
 
     def wrap(self, handler: Handler, match_route: RouteMatcher) -> Handler:
         """``handler`` (the ``/v1/{path}`` route), recording each exchange while recording is on."""
@@ -53,19 +64,23 @@ class TrafficRecorder:
         @functools.wraps(handler)  # FastAPI reads the (request, path) signature through __wrapped__
         async def recorded(request: Request, path: str) -> Response:
             response = await handler(request, path)
-            if self.recording:
+            if self.recording and len(self.exchanges) >= MAX_EXCHANGES:
+                self.dropped += 1
+            elif self.recording:
                 found = match_route(request.method, path)
                 raw = await request.body() if self.bodies else b""  # Starlette caches it: the handler's read is reused
+                answer = bytes(response.body) if self.bodies and response.body else b""
                 peer = request.client
-                self.exchanges.append({
+                exchange = {
                     "rpc": found[0] if found else None, "method": request.method, "path": path,
                     "query": list(request.query_params.multi_items()),
-                    "requestBody": raw.decode("utf-8", "replace") if raw else None,
-                    "status": response.status_code,
-                    "responseBody": bytes(response.body).decode("utf-8", "replace")
-                    if response.body and self.bodies else None,
+                    "requestBody": _text(raw), "status": response.status_code, "responseBody": _text(answer),
                     "at": time.time(), "client": f"{peer.host}:{peer.port}" if peer else None,
-                })
+                }
+                for key, body in (("requestBody", raw), ("responseBody", answer)):
+                    if len(body) > MAX_BODY:  # kept out: a recording holds no huge body
+                        exchange[key + "Bytes"] = len(body)
+                self.exchanges.append(exchange)
             return response
 
         return recorded

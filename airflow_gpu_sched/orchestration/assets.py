@@ -11,6 +11,11 @@ the operator derives them when the DAG is parsed:
   ``model_display_name`` (when none of them is a template), each event naming the registered
   resource and version (``model_name``, ``model_version``).
 
+The ``vertex-ai`` scheme is registered in the provider info (``asset-uris``): Airflow normalizes
+every ``vertex-ai://`` URI with :func:`sanitize_uri` (refusing one that does not name a project,
+region and model), builds one with :func:`create_asset`, and gives OpenLineage the same dataset
+as the operator's own facets (:func:`convert_asset_to_openlineage`).
+
 Every Asset among the outlets gets the same extra on success (:func:`event_extra`): the job,
 its strategy and state, the attempts, GPU-hours and cost (estimates, as in the return value),
 the output directory and, for a pipeline, the model and version. A DAG scheduled on the model
@@ -21,7 +26,10 @@ May import: nothing of this package; airflow only inside functions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from urllib.parse import SplitResult
 
 MODEL_SCHEME = "vertex-ai"
 EXTRA_KEYS = ("job_name", "strategy", "state", "attempts", "gpu_hours", "cost", "currency", "output_dir",
@@ -44,6 +52,34 @@ def model_asset(project_id: str, location: str, model_display_name: str) -> Any:
 
     return Asset(name=f"vertex-model:{project_id}/{location}/{model_display_name}",
                  uri=model_asset_uri(project_id, location, model_display_name), group="model")
+
+
+def sanitize_uri(uri: SplitResult) -> SplitResult:
+    """Airflow's normalizer for ``vertex-ai://`` Asset URIs (after its own: scheme lowercased,
+    trailing ``/``, query and fragment dropped): ``vertex-ai://PROJECT/REGION/models/NAME``,
+    project and region lowercased (Google's ids are), the model's display name as given."""
+    parts = uri.path.lstrip("/").split("/", 2)
+    if not uri.netloc or len(parts) != 3 or parts[1] != "models" or not parts[0] or not parts[2]:
+        raise ValueError(f"a {MODEL_SCHEME}:// Asset URI is {MODEL_SCHEME}://PROJECT/REGION/models/DISPLAY_NAME, "
+                         f"got {uri.geturl()!r}")
+    return uri._replace(netloc=uri.netloc.lower(), path=f"/{parts[0].lower()}/models/{parts[2]}")
+
+
+def create_asset(*, project_id: str, location: str, model_display_name: str, extra: dict | None = None) -> Any:
+    """The provider info's Asset factory for the scheme: the model Asset (:func:`model_asset`)."""
+    asset = model_asset(project_id, location, model_display_name)
+    if extra:
+        asset.extra.update(extra)
+    return asset
+
+
+def convert_asset_to_openlineage(asset: Any, lineage_context: Any = None) -> Any:
+    """The OpenLineage dataset of a ``vertex-ai://`` Asset: namespace ``vertex-ai://PROJECT/REGION``,
+    name ``models/NAME``, as the operator's own lineage facets name the model."""
+    from openlineage.client.event_v2 import Dataset
+
+    project_and_region, _, name = asset.uri.partition("/models/")
+    return Dataset(namespace=project_and_region, name=f"models/{name}")
 
 
 def output_dir_uri(base_output_dir: Any) -> str | None:

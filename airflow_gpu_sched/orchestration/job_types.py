@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_gpu_sched.orchestration.console import console_root
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
 from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
 from airflow_gpu_sched.vertex.rules import Violation
@@ -99,7 +100,7 @@ class JobType:
 
     def console_url(self, name: str) -> str:
         project, location, job_id = _parts(name)
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}/cpu"
+        return (f"{console_root()}/vertex-ai/locations/{location}/training/{job_id}/cpu"
                 f"?project={project}")
 
     # --- the client calls (the sync and async clients have the same method names)
@@ -219,7 +220,7 @@ class HyperparameterTuningJobType(JobType):
 
     def console_url(self, name: str) -> str:
         project, location, job_id = _parts(name)
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}/trials"
+        return (f"{console_root()}/vertex-ai/locations/{location}/training/{job_id}/trials"
                 f"?project={project}")
 
 
@@ -276,7 +277,7 @@ class TrainingPipelineType(JobType):
 
     def console_url(self, name: str) -> str:
         project, location, job_id = _parts(name)
-        return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/training/{job_id}"
+        return (f"{console_root()}/vertex-ai/locations/{location}/training/{job_id}"
                 f"?project={project}")
 
 

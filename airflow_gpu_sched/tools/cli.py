@@ -1,15 +1,9 @@
-"""``airflow-gpu-sched``: the emulator server, the demo, and the platform team's commands.
+"""``airflow-gpu-sched``: the emulator server, the demo, the timeline and the platform team's
+commands (``jobs``, ``plan``, ``quota``; also under ``airflow gpu-sched``, tools/airflow_cli.py).
 
-    airflow-gpu-sched emulator [--host 127.0.0.1] [--port N] [--scenario FILE] [--speed X]
-    airflow-gpu-sched demo [--speed X] [--strategies]
-    airflow-gpu-sched timeline (--emulator URL | --xcom RESULT.json [--task T] [--title T]) [--out timeline.svg]
-    airflow-gpu-sched jobs list --project P --location L [--job-type T ...] [--json]
-    airflow-gpu-sched jobs orphans --project P --location L [--cancel [--yes]] [--json]
-    airflow-gpu-sched plan check DAG_FILE [--json]
-    airflow-gpu-sched quota check (DAG_FILE | --location L) [--project P] [--json]
-
-The jobs, plan and quota commands need Airflow (a connection, the metadata DB, DagBag); the
-connection is ``--conn-id`` (default ``google_cloud_default``).
+:data:`DESCRIPTION` is what ``--help`` shows; this docstring is for readers of the code. Every
+command runs inside :func:`_reported`, the one error handler (tools/exit_codes.py: which
+exception is which exit code).
 
 May import: vertex, orchestration, emulator, tools; never airflow.
 """
@@ -19,6 +13,32 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+from airflow_gpu_sched import __version__
+from airflow_gpu_sched.tools.exit_codes import BUG, INTERRUPTED, ApiError, UsageError, classify
+from airflow_gpu_sched.tools.output import OUTPUT_ARGS, emit
+
+DESCRIPTION = """\
+Run GPU training on scarce Vertex AI capacity from Airflow: the local Vertex AI emulator, the
+demo, a timeline of training jobs, and commands to inspect jobs, plans and quotas.
+
+  airflow-gpu-sched emulator                      serve the emulator on http://127.0.0.1:8765
+  airflow-gpu-sched demo                          the nightly example DAG against the emulator
+  airflow-gpu-sched jobs list --location L        this package's jobs in a region
+  airflow-gpu-sched jobs orphans --location L     running jobs whose task is gone (--cancel)
+  airflow-gpu-sched plan check DAG_FILE           each training task's plan and the rules it breaks
+  airflow-gpu-sched quota check DAG_FILE          what each task needs against the regions' GPU quota
+
+The jobs, plan and quota commands run where Airflow is configured (the same commands are
+`airflow gpu-sched ...`); they read Vertex AI through the connection --conn-id (default
+google_cloud_default). Listings print a table; -o json|yaml|plain for scripts.
+"""
+
+EPILOG = """\
+exit codes: 0 ok; 1 findings (a rule broken, a quota too low, orphans left); 2 usage (bad
+argument or file, missing connection); 3 API or connection error; 4 a bug (please report);
+130 interrupted. Docs: docs/cli.md.
+"""
 
 
 def _emulator(args: argparse.Namespace) -> int:
@@ -30,17 +50,24 @@ def _emulator(args: argparse.Namespace) -> int:
     if args.execute:
         scenario = scenario.model_copy(update={"execute": True, "execute_root": args.execute_root,
                                                "execute_workdir": args.workdir})
-    if args.execute and args.allow_remote:
-        print("error: --execute runs commands from job specs: loopback only", file=sys.stderr)
-        return 2
+    if scenario.execute and args.allow_remote:  # --execute, or a --scenario file saying execute
+        raise UsageError("--execute runs commands from job specs: loopback only")
+    token = None
+    if args.control_token:
+        import secrets
+
+        token = secrets.token_urlsafe(24)
     try:
-        server = EmulatorServer(scenario, host=args.host, port=args.port, allow_remote=args.allow_remote)
+        server = EmulatorServer(scenario, host=args.host, port=args.port, allow_remote=args.allow_remote,
+                                control_token=token)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     print(f"Vertex AI emulator listening on {server.url}", flush=True)
     print(f"  api_endpoint for clients: {server.url}   (speed x{scenario.speed:g})", flush=True)
     print(f"  control API: {server.url}/emulator/v1/stats", flush=True)
+    if token:
+        print(f"  control token (header X-Emulator-Control-Token; EmulatorControl(url, control_token=...)): "
+              f"{token}", flush=True)
     server.serve_forever()
     return 0
 
@@ -54,44 +81,81 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    import json
-
-    from airflow_gpu_sched.vertex.timeline import night_from_results
     from airflow_gpu_sched.vertex.timeline import svg as draw
 
-    if args.emulator:
-        import requests
-
-        svg = requests.get(f"{args.emulator.rstrip('/')}/emulator/v1/timeline.svg", timeout=30).text
-    else:
-        with open(args.xcom) as handle:
-            result = json.load(handle)
-        # one task's return value, or {task_id: return value} for several tasks of a run
-        results = [(args.task, result)] if "attempts" in result else list(result.items())
-        svg = draw([night_from_results(args.title or args.xcom, results)], "training timeline")
-    with open(args.out, "w") as handle:
+    svg = _emulator_svg(args.emulator) if args.emulator else draw([_xcom_night(args)], "training timeline")
+    with open(args.out, "w") as handle:  # only once the drawing is in hand: no error page saved as the SVG
         handle.write(svg)
     print(f"timeline written to {args.out}")
     return 0
 
 
+def _emulator_svg(base_url: str) -> str:
+    import requests
+
+    from airflow_gpu_sched.tools.exit_codes import unreachable
+
+    url = f"{base_url.rstrip('/')}/emulator/v1/timeline.svg"
+    try:
+        response = requests.get(url, timeout=30)
+    except requests.RequestException as exc:
+        raise ApiError(unreachable(url, str(exc), waited=True)) from None
+    kind = response.headers.get("Content-Type", "")
+    if response.status_code != 200 or not kind.startswith("image/svg+xml"):
+        raise ApiError(f"{url} answered HTTP {response.status_code} ({kind or 'no content type'}), not a "
+                       "timeline: is --emulator the emulator's base URL?")
+    return response.text
+
+
+def _xcom_night(args: argparse.Namespace) -> Any:
+    import json
+
+    from airflow_gpu_sched.vertex.timeline import night_from_results
+
+    with open(args.xcom) as handle:
+        try:
+            result = json.load(handle)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{args.xcom}: not valid JSON: {exc}") from None
+    if not isinstance(result, dict):
+        raise UsageError(f"{args.xcom}: expected a task's return value (an object), got {type(result).__name__}")
+    # one task's return value, or {task_id: return value} for several tasks of a run
+    results = [(args.task, result)] if "attempts" in result else list(result.items())
+    try:
+        return night_from_results(args.title or args.xcom, results)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise UsageError(f"{args.xcom}: not a training task's return value (nor an object of task id -> "
+                         f"return value): {type(exc).__name__}: {exc}") from None
+
+
 def _client(args: argparse.Namespace, location: str | None = None):
     from airflow_gpu_sched.tools import platform
 
-    return platform.make_client(args.conn_id, location or args.location, args.project, args.api_endpoint)
+    return platform.make_client(args.conn_id, location or args.location, args.project, args.api_endpoint,
+                                wait=args.wait)
 
 
 def _reported(func: Any) -> Any:
-    """Errors the user can act on as one ``error:`` line and exit code 2, not a traceback."""
+    """The one error handler: an error the user can act on is one ``error:`` line and its exit code
+    (tools/exit_codes.py), not a traceback; a bug keeps its traceback, exit 4."""
     def command(args: argparse.Namespace) -> int:
-        from airflow_gpu_sched.tools.platform import CommandError
-        from airflow_gpu_sched.vertex.client import VertexError
-
         try:
             return func(args)
-        except (CommandError, VertexError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return INTERRUPTED
+        except Exception as exc:
+            verdict = classify(exc, waited=getattr(args, "wait", False))
+            if verdict is None:
+                import traceback
+
+                traceback.print_exc()
+                print(f"error: an unexpected {type(exc).__name__}: a bug in airflow-gpu-sched {__version__}, "
+                      "please report it with the traceback above", file=sys.stderr)
+                return BUG
+            code, message = verdict
+            print(f"error: {message}", file=sys.stderr)
+            return code
 
     command.__name__ = func.__name__
     return command
@@ -110,7 +174,7 @@ JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "c
 def _jobs_list(args: argparse.Namespace) -> int:
     from airflow_gpu_sched.tools import platform
 
-    platform.emit(platform.list_jobs(_client(args), _job_types(args)), JOB_COLUMNS, args.json)
+    emit(platform.list_jobs(_client(args), _job_types(args)), JOB_COLUMNS, args.output)
     return 0
 
 
@@ -122,7 +186,7 @@ def _jobs_orphans(args: argparse.Namespace) -> int:
     tis = platform.read_task_instances({job.dag for job in jobs if job.dag})
     orphans = platform.find_orphans(jobs, tis)
     rows = [{**platform.asdict(o.job), "why": o.why} for o in orphans]
-    platform.emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.json)
+    emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.output)
     if not args.cancel or not orphans:
         return 0
     if not args.yes:
@@ -135,24 +199,12 @@ def _jobs_orphans(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tasks(args: argparse.Namespace) -> list | None:
-    from airflow_gpu_sched.tools import platform
-
-    try:
-        return platform.training_tasks(args.dag_file)
-    except ValueError as exc:
-        print(f"error: {args.dag_file}: {exc}", file=sys.stderr)
-        return None
-
-
 def _plan_check(args: argparse.Namespace) -> int:
     from airflow_gpu_sched.tools import platform
 
-    tasks = _tasks(args)
-    if tasks is None:
-        return 2
+    tasks = platform.training_tasks(args.dag_file)
     rows = [row for task in tasks for row in platform.plan_rows(task)]
-    platform.emit(rows, ["dag", "task", "position", "step", "regions", "rules", "violations"], args.json)
+    emit(rows, ["dag", "task", "position", "step", "regions", "rules", "violations"], args.output)
     return 1 if any(row.violations for row in rows) else 0
 
 
@@ -161,14 +213,11 @@ def _quota_check(args: argparse.Namespace) -> int:
 
     if args.dag_file is None:  # the region's GPU quotas, no DAG
         if not args.location:
-            print("error: quota check: give a DAG_FILE, or --location for the region's GPU quotas", file=sys.stderr)
-            return 2
+            raise UsageError("quota check: give a DAG_FILE, or --location for the region's GPU quotas")
         rows = platform.region_quota_rows(_client(args), args.project, args.location)
-        platform.emit(rows, ["metric", "region", "limit"], args.json)
+        emit(rows, ["metric", "region", "limit"], args.output)
         return 0
-    tasks = _tasks(args)
-    if tasks is None:
-        return 2
+    tasks = platform.training_tasks(args.dag_file)
     clients: dict = {}
 
     def client_for(region: str):
@@ -177,36 +226,40 @@ def _quota_check(args: argparse.Namespace) -> int:
         return clients[region]
 
     rows = [row for task in tasks for row in platform.quota_rows(task, client_for, args.project)]
-    platform.emit(rows, ["dag", "task", "step", "region", "metric", "need", "limit", "verdict"], args.json)
+    emit(rows, ["dag", "task", "step", "region", "metric", "need", "limit", "verdict"], args.output)
     return 1 if any(row.verdict.startswith("TOO LOW") for row in rows) else 0
 
 
 JOB_TYPES = ["custom_job", "hyperparameter_tuning_job", "training_pipeline"]
 # (flags, argparse keywords) once, for both trees: this one and `airflow gpu-sched ...`.
-_CONNECTION = [(("--conn-id",), {"default": "google_cloud_default", "help": "the google_cloud_platform connection"}),
-               (("--api-endpoint",), {"help": "override the connection's endpoint (e.g. the emulator's URL)"}),
-               (("--project",), {"help": "the project (default: the connection's)"})]
+_CONNECTION = [(("--conn-id",), {"default": "google_cloud_default",
+                                  "help": "the Airflow connection to Google Cloud (default: google_cloud_default)"}),
+               (("--api-endpoint",), {"help": "another endpoint than the connection's, e.g. the emulator's URL"}),
+               (("--project",), {"help": "the Google Cloud project (default: the connection's)"}),
+               (("--wait",), {"action": "store_true",
+                              "help": "retry an unreachable or overloaded endpoint for up to 20 s (default: fail "
+                                      "at once)"})]
 _LOCATION = [(("--location",), {"required": True, "help": "the region, e.g. us-central1"})]
-_JSON = [(("--json",), {"action": "store_true", "help": "JSON for machines instead of a table"})]
+_OUTPUT = OUTPUT_ARGS  # -o/--output table|json|yaml|plain, and the deprecated --json
 _JOB_TYPE = [(("--job-type",), {"action": "append", "choices": JOB_TYPES, "help": "only these (repeatable)"})]
 _DAG_FILE = [(("dag_file",), {"help": "a DAG file (loaded with Airflow's DagBag)"})]
 # group -> command -> (function, help, arguments)
 PLATFORM_COMMANDS: dict[str, tuple[str, dict[str, tuple[Any, str, list]]]] = {
     "jobs": ("this package's Vertex AI jobs in a project and region", {
         "list": (_jobs_list, "jobs labelled managed-by=airflow-gpu-sched: DAG, task, try, strategy, state, times",
-                 _CONNECTION + _LOCATION + _JOB_TYPE + _JSON),
+                 _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT),
         "orphans": (_jobs_orphans, "active jobs whose task instance is no longer running or deferred",
-                    _CONNECTION + _LOCATION + _JOB_TYPE + _JSON + [
+                    _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT + [
                         (("--cancel",), {"action": "store_true", "help": "cancel them (asks first)"}),
                         (("--yes",), {"action": "store_true", "help": "with --cancel: do not ask"})]),
     }),
     "plan": ("training tasks' plans", {
         "check": (_plan_check, "each training task's plan: steps, regions, the rules each step is checked against",
-                  _DAG_FILE + _JSON)}),
+                  _DAG_FILE + _OUTPUT)}),
     "quota": ("training tasks' GPU quota", {
         "check": (_quota_check, "what each training task needs at once against its regions' quotas",
                   [(("dag_file",), {"nargs": "?", "help": "a DAG file (without one: --location's GPU quotas)"}),
-                   *_CONNECTION, (("--location",), {"help": "without DAG_FILE: the region"}), *_JSON])}),
+                   *_CONNECTION, (("--location",), {"help": "without DAG_FILE: the region"}), *_OUTPUT])}),
 }
 
 
@@ -222,13 +275,14 @@ def _platform_commands(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airflow-gpu-sched", description=__doc__,
+    parser = argparse.ArgumentParser(prog="airflow-gpu-sched", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"airflow-gpu-sched {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     emulator = sub.add_parser("emulator", help="serve the local Vertex AI emulator")
     emulator.add_argument("--host", default="127.0.0.1", help="loopback by default")
-    emulator.add_argument("--port", type=int, default=8765)
+    emulator.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port")
     emulator.add_argument("--scenario", help="JSON or YAML scenario file")
     emulator.add_argument("--speed", type=float, help="emulated seconds per real second")
     emulator.add_argument("--execute", action="store_true",
@@ -236,14 +290,18 @@ def main(argv: list[str] | None = None) -> int:
     emulator.add_argument("--execute-root", help="with --execute: where gs:// paths and logs go")
     emulator.add_argument("--workdir", help="with --execute: the processes' working directory")
     emulator.add_argument("--allow-remote", action="store_true",
-                          help="allow a non-loopback --host (the emulator has no authentication)")
-    emulator.set_defaults(func=_emulator)
+                          help="allow a non-loopback --host and any Host header (the emulator has no "
+                               "authentication; never with --execute)")
+    emulator.add_argument("--control-token", action="store_true",
+                          help="the control API (/emulator/v1/...) needs a token made for this run, "
+                               "printed at start (header X-Emulator-Control-Token)")
+    emulator.set_defaults(func=_reported(_emulator))
 
     demo = sub.add_parser("demo", help="run the nightly_retraining example DAG against the emulator")
     demo.add_argument("--speed", type=float, default=120.0, help="emulated seconds per real second")
     demo.add_argument("--strategies", action="store_true",
                       help="instead: one job of each strategy, submitted with the client, life cycles printed")
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_reported(_demo))
 
     timeline = sub.add_parser("timeline", help="write a timeline SVG from an emulator or a task's XCom result")
     source = timeline.add_mutually_exclusive_group(required=True)
@@ -252,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "return value: one row per task and attempt")
     timeline.add_argument("--task", default="train", help="with --xcom of one return value: the task's name")
     timeline.add_argument("--title", help="with --xcom: the night's title (default: the file name)")
-    timeline.add_argument("--out", default="timeline.svg")
-    timeline.set_defaults(func=_timeline)
+    timeline.add_argument("--out", default="timeline.svg", help="the SVG file to write (default: timeline.svg)")
+    timeline.set_defaults(func=_reported(_timeline))
     _platform_commands(sub)
 
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 
 Each command is a pure part (rows from jobs, task instances or operators) and a thin shell
 that reads Vertex AI (the client), the Airflow metadata DB (its ORM session) or a DAG file
-(Airflow's DagBag), and prints a table or ``--json``.
+(Airflow's DagBag), and prints its rows (``tools/output.py``: ``-o table|json|yaml|plain``).
 
 Which task instance owns a job: the operators label every job with ``managed-by``,
 ``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import sys
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, Iterable, Iterator
 
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
+from airflow_gpu_sched.tools.exit_codes import UsageError
 
 # "`labels.key=value` - key:value equality" (ListCustomJobsRequest.filter, v1 job_service.proto;
 # the same in the tuning-job and training-pipeline lists)
@@ -36,18 +36,23 @@ ALIVE_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_
                           "restarting"})
 
 
-class CommandError(Exception):
+class CommandError(UsageError):
     """What the user must fix (a connection, a file): printed as ``error: ...``, exit 2."""
 
 
-def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None):
+WAIT_SECONDS = 20.0  # --wait: how long a command retries an unreachable or overloaded endpoint
+
+
+def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None,
+                wait: bool = False):
     """A client from the Airflow connection; with ``api_endpoint`` and no such connection, a plain
-    one for that endpoint (the emulator needs no credentials)."""
+    one for that endpoint (the emulator needs no credentials). Someone is waiting at a terminal:
+    without ``wait`` a call is not retried (an unreachable endpoint is one error line at once)."""
     from airflow.exceptions import AirflowNotFoundException
 
     from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
 
-    retry = RetryPolicy(initial=0.5, maximum=5.0, deadline=20.0)  # someone is waiting at a terminal
+    retry = RetryPolicy(initial=0.5, maximum=5.0, deadline=WAIT_SECONDS if wait else 0.0)
     extra = {"api_endpoint": api_endpoint} if api_endpoint else {}
     try:
         return VertexClient.from_connection(conn_id, location=location, project=project, retry=retry, **extra)
@@ -208,12 +213,12 @@ def read_task_instances(dag_labels: set[str]) -> list[TaskInstanceRow]:
 
 def training_tasks(dag_file: str) -> list[Any]:
     """The training operators of every DAG in the file, loaded as Airflow's DAG processor would."""
+    if not os.path.isfile(dag_file):  # before importing Airflow: seconds saved on a typo
+        raise CommandError(f"{dag_file}: no such file")
     from airflow.dag_processing.dagbag import DagBag
 
     from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
-    if not os.path.isfile(dag_file):
-        raise ValueError("no such file")
     # Airflow puts the DAGs folder on sys.path, so DAG files import their neighbours: do the same.
     folder = os.path.dirname(os.path.abspath(dag_file))
     if folder not in sys.path:
@@ -221,7 +226,7 @@ def training_tasks(dag_file: str) -> list[Any]:
     with _quiet("airflow.dag_processing"):  # its log lines would mix with the table/JSON; errors come below
         bag = DagBag(dag_folder=dag_file, safe_mode=False)
     if bag.import_errors:
-        raise ValueError("\n".join(_exception_text(err) for err in bag.import_errors.values()))
+        raise CommandError(f"{dag_file}: " + "\n".join(_exception_text(err) for err in bag.import_errors.values()))
     return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
             if isinstance(task, VertexTrainingOperator)]
 
@@ -363,34 +368,3 @@ def region_quota_rows(client: Any, project: str | None, region: str) -> list[dic
             limit = info.limit_for(region)
             rows.append({"metric": metric, "region": region, "limit": "unlimited" if limit == -1 else limit})
     return sorted(rows, key=lambda r: r["metric"])
-
-
-# ---------------------------------------------------------------------------------- output
-
-def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
-    out = out or sys.stdout  # looked up at call time (tests and callers redirect it)
-    if not rows:
-        print("(none)", file=out)
-        return
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
-    for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return "; ".join(str(v) for v in value) or "ok"
-    return str(value)
-
-
-def emit(rows: list[Any], columns: list[str], as_json: bool, out: TextIO | None = None) -> None:
-    out = out or sys.stdout
-    dicts = [asdict(r) if not isinstance(r, dict) else r for r in rows]
-    if as_json:
-        print(json.dumps(dicts, indent=2), file=out)
-    else:
-        print_table(dicts, columns, out)
