@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -88,10 +89,35 @@ VARIANTS = {
     "flex-expiry-expired": {"flexStartExpiry": "expired"},
     "flex-waits-pending": {"flexStartWaitingState": "JOB_STATE_PENDING"},
     "reservation-full-fails": {"reservationFull": "failed"},
+    "list-pages-short": {"listPages": "short"},
+    "cancel-ends-succeeded": {"cancelOutcome": "succeeded"},
+    "cancel-ends-failed": {"cancelOutcome": "failed"},
+    "cancel-of-ended-is-noop": {"cancelEnded": "noop"},
     "all-alternatives": {"spotRestarts": "invisible", "errorDetails": "message_only",
                          "flexStartExpiry": "expired", "flexStartWaitingState": "JOB_STATE_PENDING",
-                         "reservationFull": "failed"},
+                         "reservationFull": "failed", "listPages": "short", "cancelOutcome": "succeeded",
+                         "cancelEnded": "noop"},
 }
+# EMULATOR_VARIANTS='{"cancelOutcome": "succeeded"}' pytest tests/test_races.py runs a whole file with
+# these variants merged into every reset of the emulator (the variants win over the test's own).
+FORCED_VARIANTS = json.loads(os.environ.get("EMULATOR_VARIANTS") or "{}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _forced_variants():
+    if not FORCED_VARIANTS:
+        yield
+        return
+    original = EmulatorControl.reset
+
+    def reset(self, scenario: dict | None = None) -> None:
+        scenario = dict(scenario or {})
+        scenario["variants"] = {**scenario.get("variants", {}), **FORCED_VARIANTS}
+        original(self, scenario)
+
+    EmulatorControl.reset = reset
+    yield
+    EmulatorControl.reset = original
 
 
 @pytest.fixture(params=list(VARIANTS.values()), ids=list(VARIANTS))

@@ -64,6 +64,17 @@ def _dies_after_create_dag(dag_id: str):
     return dag
 
 
+def _every_job(emulator) -> list[dict]:
+    """Every custom job, every page (a page may be empty and carry a token: variants.listPages)."""
+    found, params = [], {}
+    while True:
+        page = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
+                            params=params, timeout=5).json()
+        found += page.get("customJobs", [])
+        if not page.get("nextPageToken"):
+            return found
+        params = {"pageToken": page["nextPageToken"]}
+
 def _state(emulator, name: str) -> str:
     return requests.get(f"{emulator.url}/v1/{name}", timeout=5).json()["state"]
 
@@ -111,8 +122,7 @@ def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(held, 
 
     result = run_dag(_dies_after_create_dag("cli_orphaned"), logical_date=START)
     assert result["train"].state == "failed"
-    [name] = [j["name"] for j in requests.get(
-        f"{held.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
+    [name] = [j["name"] for j in _every_job(held)]
     assert _state(held, name) not in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING")  # the job ran on
 
     code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
@@ -139,8 +149,7 @@ def test_orphans_finds_the_job_of_a_failed_task_and_cancel_yes_cancels_it(held, 
 
 def test_orphans_cancel_asks_first_and_no_cancels_nothing(held, capsys, monkeypatch):
     run_dag(_dies_after_create_dag("cli_orphan_asked"), logical_date=START)
-    [name] = [j["name"] for j in requests.get(
-        f"{held.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5).json()["customJobs"]]
+    [name] = [j["name"] for j in _every_job(held)]
 
     monkeypatch.setattr("sys.stdin", io.StringIO("\n"))  # Enter: the default, No
     code, _, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel")

@@ -160,7 +160,9 @@ def test_a_later_try_reattaches_to_the_active_job(fast_emulator):
     assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
-def test_a_try_that_died_between_create_and_saving_the_name_finds_the_job_by_label(fast_emulator):
+def test_a_try_that_died_between_create_and_saving_the_name_finds_the_job_by_label(variant_emulator):
+    # under variants.listPages: short the list by label answers an empty first page with a token
+    fast_emulator = variant_emulator
     store = Store()
     op = flex()
     key = "0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-"""The errors the emulator answers with, in Google's error body shape, and its page tokens.
+"""The errors the emulator answers with, in Google's error body shape (page tokens: ``paging.py``).
 
 Apart from the backend so that the backend's job-type mixin (``jobtypes.py``) and the HTTP layer
 raise them without importing the backend.
@@ -8,11 +8,9 @@ May import: vertex; never airflow.
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import RPC_STATUS
+from airflow_gpu_sched.vertex.models import RPC_STATUS, Status
 from airflow_gpu_sched.vertex.rules import Violation
 
 
@@ -44,18 +42,10 @@ def violations_error(violations: list[Violation], status: str = "INVALID_ARGUMEN
     return ApiError(status, f"List of found errors:\t{listed}", details)
 
 
-def encode_page_token(position: int, filter_text: str) -> str:
-    raw = json.dumps({"p": position, "f": filter_text}).encode()
-    return base64.urlsafe_b64encode(raw).decode()
 
-
-def decode_page_token(token: str, filter_text: str) -> int:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        position = int(data["p"])
-    except (ValueError, KeyError, TypeError):
-        raise ApiError("INVALID_ARGUMENT", "pageToken is not a token this list returned.") from None
-    if data.get("f") != filter_text:
-        raise ApiError("INVALID_ARGUMENT", "pageToken was issued for a different filter.")
-    return position
-
+def cancel_failure() -> Status:
+    """The error of a job that failed while it was being cancelled (scenario ``cancelOutcome:
+    failed``): its container exited on the SIGTERM the cancel sent (code 3, as a user-code exit)."""
+    return Status(code=RPC_STATUS["INVALID_ARGUMENT"][0],
+                  message="The replica workerpool0-0 exited with a non-zero status of 143 (SIGTERM) while the job "
+                          "was being cancelled. To find out more about why your job exited please check the logs.")

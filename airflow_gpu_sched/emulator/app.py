@@ -27,6 +27,7 @@ from airflow_gpu_sched.emulator.guard import Guard, GuardSettings
 from airflow_gpu_sched.emulator.limits import MAX_ADVANCE_SECONDS, bounded_seconds, parse_json
 from airflow_gpu_sched.emulator.logging_api import add_logging_routes
 from airflow_gpu_sched.emulator.methods import query_refusal
+from airflow_gpu_sched.emulator.paging import parse_page_size
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal
 from airflow_gpu_sched.emulator.traffic import TrafficRecorder
@@ -126,13 +127,7 @@ def _refuse_execution(body: dict) -> None:
 
 
 def _page_size(request: Request) -> int | None:
-    raw = request.query_params.get("pageSize")
-    if raw in (None, ""):
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApiError("INVALID_ARGUMENT", f"pageSize must be an integer (got {raw!r}).") from None
+    return parse_page_size(request.query_params.get("pageSize"))
 
 
 async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: Request) -> Any:
@@ -190,7 +185,7 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
         return backend.delete_training_pipeline(args["name"])
     if rpc == "models.list":
         return backend.list_models(args["project"], args["location"], q.get("filter", ""), _page_size(request),
-                                   q.get("pageToken", ""), q.get("readMask", ""))
+                                   q.get("pageToken", ""), q.get("readMask", ""), q.get("orderBy", ""))
     if rpc == "models.get":
         return backend.get_model(args["name"])
     if rpc == "quotaInfos.list":

@@ -46,12 +46,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
+from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
+from airflow_gpu_sched.emulator.paging import coerce_page_size, decode_token, encode_token, offset_page, short_window
 from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.reservations import ReservationStore
@@ -354,7 +355,7 @@ class Backend(JobTypesMixin):
                 "DEADLINE_EXCEEDED",
                 f"The job ran longer than scheduling.timeout ({format_duration(timeout)}).", "JOB_TIMEOUT"))
         elif kind == "cancelled":
-            self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+            self._end_cancelled(record, when)
         elif kind == "reservation_full" and record.job.name in self._queue:
             # variant "failed" (assumed: Google documents no behaviour for a full reservation)
             self._fail(record, when, _error_status(
@@ -502,6 +503,19 @@ class Backend(JobTypesMixin):
         self._set_state(record, state, when)
         self._admit(when)
 
+    def _end_cancelled(self, record: JobRecord, when: datetime) -> None:
+        """A CANCELLING job ends as the scenario's ``cancelOutcome`` says (CANCELLED by default) if
+        it was RUNNING when the cancel came: only a job that runs can complete or fail despite a
+        cancel; one still waiting for its VMs ends CANCELLED under every variant."""
+        ran = len(record.history) >= 2 and record.history[-2][0] == S.JOB_STATE_RUNNING.value
+        outcome = self.scenario.variants.cancel_outcome if ran else "cancelled"
+        if outcome == "succeeded":  # it completed despite the cancel
+            self._end(record, S.JOB_STATE_SUCCEEDED, when)
+        elif outcome == "failed":
+            self._fail(record, when, cancel_failure())
+        else:
+            self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+
     def _fail(self, record: JobRecord, when: datetime, error: Status) -> None:
         self._end(record, S.JOB_STATE_FAILED, when, error)
 
@@ -631,10 +645,12 @@ class Backend(JobTypesMixin):
 
     def _list_page(self, records: Any, key: str, project: str, location: str, filter_text: str = "",
                    page_size: int | None = None, page_token: str = "", wire: Any = None,
-                   read_mask: str = "") -> dict:
+                   read_mask: str = "", order_by: str = "") -> dict:
         """One page of ``records`` (in creation order; each with seq, project, location,
         filter_record() and wire()) newest first, filtered by the collection ``key``'s filter
-        fields, projected to ``read_mask``, under ``key``."""
+        fields, projected to ``read_mask``, under ``key``. Paging as AIP-158 (``paging.py``):
+        the token holds the last seq returned and is bound to every argument but the page size;
+        under ``variants.listPages: short`` pages come short or empty, with a token, until the end."""
         try:
             predicate = _cached_filter(filter_text or "", key)
         except FilterError as exc:
@@ -643,32 +659,36 @@ class Backend(JobTypesMixin):
             mask = parse_read_mask(key, read_mask)
         except FieldMaskError as exc:
             raise ApiError("INVALID_ARGUMENT", f"Invalid readMask: {exc}") from None
-        if page_size is not None and page_size < 0:
-            raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
-        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        before = decode_page_token(page_token, filter_text) if page_token else None
-        page, more = [], False
-        # Newest first; the token is the last seq returned, so inserts never shift pages.
-        for record in reversed(list(records)):
-            if record.project != project or record.location != location:
-                continue
-            if before is not None and record.seq >= before:
-                continue
+        size = coerce_page_size(page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        binding = (key, project, location, filter_text or "", read_mask or "", order_by or "")
+        before = decode_token(page_token, *binding) if page_token else None
+        short = self.scenario.variants.list_pages == "short"
+        mine = [r for r in reversed(list(records)) if r.project == project and r.location == location
+                and (before is None or r.seq < before)]
+        if short and before is None and mine:  # a first page with nothing on it, and a token
+            return {"nextPageToken": encode_token(mine[0].seq + 1, *binding)}
+        # Newest first; the token is the seq to continue below, so inserts never shift pages.
+        looked_at = mine[:short_window(size)] if short else mine
+        page, last = [], None
+        for record in looked_at:
             if not predicate(record.filter_record()):
+                last = record
                 continue
             if len(page) == size:
-                more = True
                 break
             page.append(record)
+            last = record
         body: dict[str, Any] = {key: [project_mask((wire or (lambda r: r.wire()))(r), mask) for r in page]} \
             if page else {}
-        if more:
-            body["nextPageToken"] = encode_page_token(page[-1].seq, filter_text)
+        if last is not None and last is not mine[-1]:
+            body["nextPageToken"] = encode_token(last.seq, *binding)
         return body
 
     def cancel_custom_job(self, name: str) -> dict:
         record = self._job(name)
         if record.state.is_terminal():
+            if self.scenario.variants.cancel_ended == "noop":
+                return {}
             raise ApiError("FAILED_PRECONDITION",
                            f"Cannot cancel CustomJob {name}: it is already in state {record.state.value}.")
         self._cancel_job(record, self.clock.now())
@@ -764,13 +784,14 @@ class Backend(JobTypesMixin):
 
     def list_persistent_resources(self, project: str, location: str, page_size: int | None = None,
                                   page_token: str = "") -> dict:
-        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        start = decode_page_token(page_token, "") if page_token else 0
+        size = coerce_page_size(page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        binding = ("persistentResources", project, location)
         names = sorted(n for n, r in self.resources.items() if r.project == project and r.location == location)
-        page = names[start:start + size]
+        start, end = offset_page(page_token, binding, size, len(names), self.scenario.variants.list_pages)
+        page = names[start:end]
         body: dict[str, Any] = {"persistentResources": [self.resources[n].resource.to_api() for n in page]} if page else {}
-        if start + size < len(names):
-            body["nextPageToken"] = encode_page_token(start + size, "")
+        if end < len(names):
+            body["nextPageToken"] = encode_token(end, *binding)
         return body
 
     def delete_persistent_resource(self, name: str) -> dict:

@@ -1,37 +1,56 @@
 """Parser and evaluator for the ``filter=`` of Vertex AI's list methods, per collection.
 
-This is a small subset of AIP-160, enough for the emulator::
+The grammar is AIP-160's (https://google.aip.dev/160 and its EBNF,
+https://google.aip.dev/assets/misc/ebnf-filtering.txt), which the v1 protos name for these lists::
 
-    filter     := [expr]                      # empty / blank -> matches everything
-    expr       := sequence ("AND" sequence)*
-    sequence   := factor (factor)*            # juxtaposition is an implicit AND
-    factor     := unary ("OR" unary)*
-    unary      := "NOT" unary | "(" expr ")" | comparison
-    comparison := field op value
-    value      := "double quoted"  (\\" and \\\\ escapes) | bare_word
+    filter      := [expression]               # empty / blank -> matches everything
+    expression  := sequence ("AND" sequence)*
+    sequence    := factor (factor)*           # juxtaposition is an implicit AND
+    factor      := term ("OR" term)*
+    term        := ["NOT" | "-"] simple       # one negation per term, as the EBNF has it
+    simple      := restriction | "(" expression ")"
+    restriction := member comparator value
+    member      := segment ("." segment)*     # a segment is bare text or a quoted string
+    value       := "double quoted" | 'single quoted' (backslash escapes) | bare_text
+
+**Precedence is AIP-160's**: NOT, then OR, then juxtaposition, then AND, so ``a AND b OR c``
+is ``a AND (b OR c)``, unlike most languages. Filters our own code writes parenthesize every OR,
+so they read the same either way. ``AND``, ``OR`` and ``NOT`` are case-sensitive.
 
 Fields and the operators each one accepts are exactly what Google documents for that
-collection's ``list`` (the ``filter`` parameter of the aiplatform v1 discovery document;
+collection's ``list`` (the ``filter`` comment of ListCustomJobsRequest & co. in the v1 protos;
 :data:`FIELDS`); any other field, ``update_time`` included, is refused naming the supported ones:
 
     customJobs, hyperparameterTuningJobs:
-        display_name  =  !=  :      state  =  !=   (enum names, e.g. JOB_STATE_RUNNING)
+        display_name  =  !=  :      state  =  !=   (JobState names, e.g. JOB_STATE_RUNNING)
         create_time   =  !=  <  <=  >  >=   (RFC 3339, e.g. "2026-11-30T00:00:00Z")
-        labels.KEY    =  !=  :      (``labels.KEY=value``, ``labels.KEY:*``)
-    trainingPipelines: the above, plus training_task_definition  =  !=  :
-    models: model (the id)  =  !=   display_name  =  !=   labels.KEY  =  !=  :  (and
-        ``labels:KEY``)   base_model_name  =   (snake_case or camelCase field names)
+        labels.KEY    =  !=  :      (``labels.KEY=value``, ``labels.KEY:*``, ``labels:KEY``)
+    trainingPipelines: the above (state: PipelineState names), plus training_task_definition = != :
+    models: model (the id) = !=   display_name = !=   labels.KEY = != :   base_model_name =
+        (snake_case or camelCase field names, as documented)
     persistentResources.list takes no filter at all (the method has no such parameter).
 
-``:`` is "has": with a ``*`` in the value it is an fnmatch-style wildcard match
-over the whole value, otherwise a substring test.  ``labels.KEY:*`` means the
-label key exists.  A missing label never equals anything, so ``labels.k!="v"``
-matches records without label ``k``.
+Meanings (each from AIP-160 or the proto's own words):
 
-Keywords ``AND``, ``OR`` and ``NOT`` are case-sensitive.  **Precedence is AIP-160's**
-(https://google.aip.dev/160, the grammar Google's list filters follow): NOT, then OR, then
-juxtaposition, then AND, so ``a AND b OR c`` is ``a AND (b OR c)``, unlike most languages.
-Filters our own code writes parenthesize every OR, so they read the same either way.
+* ``*`` in a string compared with ``=``/``!=`` is a wildcard over the whole value (AIP-160:
+  "when comparing strings for equality, services should support wildcards");
+  ``display_name:"my_job_*"`` is the ``:`` wildcard the protos document; ``field:*`` is true
+  when the field is set (not empty).
+* ``labels.KEY:*`` and ``labels:KEY`` are key existence; ``labels.KEY:value`` is equality
+  (AIP-160: ``m.foo:42`` "True if m.foo is 42"); a key with other characters is quoted,
+  ``labels."a key"="v"`` (models.list's words; every AIP-160 member may be quoted).
+  A missing label never equals anything, so ``labels.k!="v"`` matches records without ``k``.
+* ``state`` takes the collection's enum names only; an unknown name is refused (AIP-160: "Enums
+  expect the enum's string representation"), so a typo never silently matches nothing.
+
+Forms AIP-160 allows but the emulator does not implement are refused naming the form (400,
+INVALID_ARGUMENT): a bare value with no field (a global restriction), function calls, a
+parenthesized value after a comparator, ``:`` on a string without ``*`` (the protos document
+``:`` only as a wildcard), traversal below ``labels.KEY``.
+
+Limits (the emulator's own: the protos name none; AIP-160 "Limitations" lets a service cap
+filters, refused with INVALID_ARGUMENT): at most :data:`MAX_FILTER_LENGTH` characters and
+:data:`MAX_NESTING` levels of parentheses, so no filter can exhaust the parser's stack.
 
 Usage::
 
@@ -47,13 +66,15 @@ May import: nothing of this package; never airflow.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
-__all__ = ["FIELDS", "FilterError", "Predicate", "parse_filter"]
+__all__ = ["FIELDS", "MAX_FILTER_LENGTH", "MAX_NESTING", "FilterError", "Predicate", "parse_filter"]
+
+MAX_FILTER_LENGTH = 8192  # characters; a filter our poller writes is ~300
+MAX_NESTING = 32  # levels of "(" (a NOT adds none: the grammar allows one per term)
 
 
 class FilterError(ValueError):
@@ -62,19 +83,30 @@ class FilterError(ValueError):
 
 _TIME_OPS = ("=", "!=", "<", "<=", ">", ">=")
 _LABEL_OPS = ("=", "!=", ":")
-_JOB_FIELDS = {"display_name": ("string", ("=", "!=", ":")), "state": ("string", ("=", "!=")),
+# job_state.proto and pipeline_state.proto (v1): the names a ``state`` filter may compare with
+JOB_STATES = ("JOB_STATE_UNSPECIFIED", "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING",
+              "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED",
+              "JOB_STATE_PAUSED", "JOB_STATE_EXPIRED", "JOB_STATE_UPDATING", "JOB_STATE_PARTIALLY_SUCCEEDED")
+PIPELINE_STATES = ("PIPELINE_STATE_UNSPECIFIED", "PIPELINE_STATE_QUEUED", "PIPELINE_STATE_PENDING",
+                   "PIPELINE_STATE_RUNNING", "PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED",
+                   "PIPELINE_STATE_CANCELLING", "PIPELINE_STATE_CANCELLED", "PIPELINE_STATE_PAUSED")
+_JOB_FIELDS = {"display_name": ("string", ("=", "!=", ":")), "state": (JOB_STATES, ("=", "!=")),
                "create_time": ("time", _TIME_OPS), "labels": ("labels", _LABEL_OPS)}
-# collection -> field -> (kind, operators), as each list's ``filter`` parameter documents them
-FIELDS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+# collection -> field -> (kind or enum names, operators), as each list's ``filter`` comment documents them
+FIELDS: dict[str, dict[str, tuple[Any, tuple[str, ...]]]] = {
     "customJobs": _JOB_FIELDS,
     "hyperparameterTuningJobs": _JOB_FIELDS,
-    "trainingPipelines": {**_JOB_FIELDS, "training_task_definition": ("string", ("=", "!=", ":"))},
+    "trainingPipelines": {**_JOB_FIELDS, "state": (PIPELINE_STATES, ("=", "!=")),
+                          "training_task_definition": ("string", ("=", "!=", ":"))},
     "models": {"model": ("string", ("=", "!=")), "display_name": ("string", ("=", "!=")),
                "labels": ("labels", _LABEL_OPS), "base_model_name": ("string", ("=",))},
 }
 _CAMEL_ALIASES = {"models": {"displayName": "display_name", "baseModelName": "base_model_name"}}  # "both supported"
 _KEYWORDS = ("AND", "OR", "NOT")
 _OPERATORS = ("<=", ">=", "!=", "=", "<", ">", ":")  # longest first
+_QUOTES = "\"'"
+_MEMBER_STOP = set("()\"'=!<>:.,") | {"~"}  # ends a bare segment of a field name
+_VALUE_STOP = set("()\"'")  # ends a bare value (which may hold ':' and '.', as timestamps do)
 
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
@@ -88,16 +120,32 @@ _RFC3339 = re.compile(
 
 @dataclass(frozen=True)
 class _Tok:
-    kind: str  # "(", ")", "OP", "STR", "WORD", "EOF"
-    text: str  # the value (unescaped for STR)
+    kind: str  # "(", ")", ",", "OP", "NOT", "AND", "OR", "MEMBER", "VALUE", "EOF"
+    text: str  # the value (unescaped); a MEMBER's segments joined by "."
     col: int  # 1-based column of the token's first character
+    segments: tuple[str, ...] = ()  # a MEMBER's segments
+    quoted: bool = False
+    end: int = 0  # 1-based column just after the token
 
     def describe(self) -> str:
         if self.kind == "EOF":
             return "end of input"
-        if self.kind == "STR":
+        if self.quoted and self.kind in ("VALUE", "MEMBER"):
             return f'string "{self.text}"'
         return f"token '{self.text}'"
+
+
+def _quoted(text: str, i: int) -> tuple[str, int]:
+    """The quoted string starting at ``text[i]`` (either quote style) unescaped, and the index after it."""
+    quote, start, i, buf, n = text[i], i, i + 1, [], len(text)
+    while i < n and text[i] != quote:
+        if text[i] == "\\" and i + 1 < n:
+            i += 1
+        buf.append(text[i])
+        i += 1
+    if i >= n:
+        raise FilterError(f"filter: unterminated string starting at column {start + 1}")
+    return "".join(buf), i + 1
 
 
 def _tokenize(text: str) -> list[_Tok]:
@@ -105,42 +153,54 @@ def _tokenize(text: str) -> list[_Tok]:
     i, n = 0, len(text)
     while i < n:
         c = text[i]
+        after_op = bool(toks) and toks[-1].kind == "OP"
         if c.isspace():
             i += 1
-        elif c in "()":
-            toks.append(_Tok(c, c, i + 1))
-            i += 1
-        elif c == '"':
-            start, i, buf = i, i + 1, []
-            while i < n and text[i] != '"':
-                if text[i] == "\\" and i + 1 < n:
-                    i += 1
-                buf.append(text[i])
-                i += 1
-            if i >= n:
-                raise FilterError(f"filter: unterminated string starting at column {start + 1}")
-            toks.append(_Tok("STR", "".join(buf), start + 1))
+        elif c in "(),":
+            toks.append(_Tok(c, c, i + 1, end=i + 2))
             i += 1
         elif op := next((o for o in _OPERATORS if text.startswith(o, i)), None):
-            toks.append(_Tok("OP", op, i + 1))
+            toks.append(_Tok("OP", op, i + 1, end=i + 1 + len(op)))
             i += len(op)
-        else:
-            # A bare word.  Right after an operator it is a value and may itself
-            # contain operator characters (e.g. a bare timestamp with ':').
-            after_op = bool(toks) and toks[-1].kind == "OP"
-            stop = '()"' if after_op else '()"=!<>:'
+        elif after_op:  # a value: quoted, or bare up to a space (a bare timestamp keeps its ':')
             start = i
-            while i < n and not text[i].isspace() and text[i] not in stop:
+            if c in _QUOTES:
+                value, i = _quoted(text, i)
+                toks.append(_Tok("VALUE", value, start + 1, quoted=True, end=i + 1))
+                continue
+            while i < n and not text[i].isspace() and text[i] not in _VALUE_STOP:
                 i += 1
-            if i == start:  # e.g. a lone '!'
-                raise FilterError(f"filter: unexpected character {c!r} at column {i + 1}")
-            toks.append(_Tok("WORD", text[start:i], start + 1))
-    toks.append(_Tok("EOF", "", n + 1))
+            toks.append(_Tok("VALUE", text[start:i], start + 1, end=i + 1))
+        elif c == "-":  # AIP-160: "-a" is "NOT a" (a value's leading '-' was read above)
+            toks.append(_Tok("NOT", "-", i + 1, end=i + 2))
+            i += 1
+        else:  # a member: segments (bare or quoted) joined by '.'
+            start, segments, quoted = i, [], False
+            while True:
+                if i < n and text[i] in _QUOTES:
+                    segment, i = _quoted(text, i)
+                    quoted = True
+                else:
+                    seg_start = i
+                    while i < n and not text[i].isspace() and text[i] not in _MEMBER_STOP:
+                        i += 1
+                    segment = text[seg_start:i]
+                    if not segment and not segments:
+                        raise FilterError(f"filter: unexpected character {text[i]!r} at column {i + 1}")
+                segments.append(segment)
+                if i < n and text[i] == ".":
+                    i += 1
+                    continue
+                break
+            joined = ".".join(segments)
+            kind = joined if not quoted and len(segments) == 1 and joined in _KEYWORDS else "MEMBER"
+            toks.append(_Tok(kind, joined, start + 1, tuple(segments), quoted, end=i + 1))
+    toks.append(_Tok("EOF", "", n + 1, end=n + 1))
     return toks
 
 
 # --------------------------------------------------------------------------
-# Predicates
+# Predicates (AND/OR hold flat tuples: a long chain never recurses deeply)
 # --------------------------------------------------------------------------
 
 
@@ -169,20 +229,26 @@ class _Not(Predicate):
 
 @dataclass(frozen=True)
 class _And(Predicate):
-    left: Predicate
-    right: Predicate
+    parts: tuple[Predicate, ...]
 
     def __call__(self, record: Mapping[str, Any]) -> bool:
-        return self.left(record) and self.right(record)
+        return all(p(record) for p in self.parts)
 
 
 @dataclass(frozen=True)
 class _Or(Predicate):
-    left: Predicate
-    right: Predicate
+    parts: tuple[Predicate, ...]
 
     def __call__(self, record: Mapping[str, Any]) -> bool:
-        return self.left(record) or self.right(record)
+        return any(p(record) for p in self.parts)
+
+
+def _and(parts: list[Predicate]) -> Predicate:
+    return parts[0] if len(parts) == 1 else _And(tuple(parts))
+
+
+def _or(parts: list[Predicate]) -> Predicate:
+    return parts[0] if len(parts) == 1 else _Or(tuple(parts))
 
 
 @dataclass(frozen=True)
@@ -199,11 +265,14 @@ class _Compare(Predicate):
         return f"{self.field}{self.op}{self.value!r}"
 
 
-def _has(actual: str, pattern: str) -> bool:
-    """The ':' operator: wildcard match if the pattern has '*', else substring."""
-    if "*" in pattern:
-        return fnmatch.fnmatchcase(actual, pattern)
-    return pattern in actual
+def _wildcard(pattern: str) -> Callable[[str], bool]:
+    """``*`` matches any run of characters; nothing else is special (unlike fnmatch's ``?``, ``[``)."""
+    regex = re.compile("^" + ".*".join(re.escape(part) for part in pattern.split("*")) + "$", re.DOTALL)
+    return lambda actual: regex.match(actual) is not None
+
+
+def _equals(pattern: str) -> Callable[[str], bool]:
+    return _wildcard(pattern) if "*" in pattern else (lambda actual: actual == pattern)
 
 
 def _parse_time(value: str) -> datetime | None:
@@ -240,38 +309,66 @@ def _supported(collection: str) -> str:
     return ", ".join("labels.<key>" if f == "labels" else f for f in FIELDS[collection])
 
 
-def _compile(field: _Tok, op: _Tok, value: _Tok, collection: str) -> Predicate:
-    name, v = field.text, value.text
-    fields = FIELDS[collection]
-    name = _CAMEL_ALIASES.get(collection, {}).get(name, name)
-    if name.startswith("labels.") and len(name) > len("labels.") and "labels" in fields:
-        base = "labels"
-    elif name == "labels" and op.text == ":" and collection == "models":  # ``labels:key``: key existence
-        base, name, v = "labels", f"labels.{v}", "*"
-    else:
-        base = name
-    if base not in fields or (base == "labels" and name == "labels"):
-        raise FilterError(
-            f"filter: unsupported field '{field.text}' at column {field.col}; {collection}.list supports "
-            f"only these fields: {_supported(collection)}"
-        )
-    kind, allowed = fields[base]
+def _unsupported_field(field: _Tok, collection: str) -> FilterError:
+    return FilterError(
+        f"filter: unsupported field '{field.text}' at column {field.col}; {collection}.list supports "
+        f"only these fields: {_supported(collection)}"
+    )
 
-    def bad_op() -> FilterError:
-        return FilterError(
+
+def _compile(field: _Tok, op: _Tok, value: _Tok, collection: str) -> Predicate:
+    fields = FIELDS[collection]
+    segments = list(field.segments)
+    segments[0] = _CAMEL_ALIASES.get(collection, {}).get(segments[0], segments[0])
+    base, v = segments[0], value.text
+    if base not in fields:
+        raise _unsupported_field(field, collection)
+    kind, allowed = fields[base]
+    if base == "labels":
+        if len(segments) == 1 and op.text == ":":  # ``labels:KEY``: key existence (AIP-160 ``m:foo``)
+            segments, v = ["labels", v], "*"
+            if not value.text:
+                raise _unsupported_field(field, collection)
+        if len(segments) != 2 or not segments[1]:
+            if len(segments) > 2:
+                raise FilterError(f"filter: '{field.text}' at column {field.col}: labels.<key> takes one key; "
+                                  "a label value has no fields to traverse")
+            raise _unsupported_field(field, collection)
+    elif len(segments) != 1:
+        raise FilterError(f"filter: '{field.text}' at column {field.col}: field '{base}' has no fields "
+                          "to traverse; the emulator does not implement traversal below it")
+    name = ".".join(segments)
+
+    if op.text not in allowed:
+        raise FilterError(
             f"filter: operator '{op.text}' at column {op.col} is not supported for "
             f"field '{name}'; expected one of {' '.join(allowed)}"
         )
 
-    if op.text not in allowed:
-        raise bad_op()
+    if isinstance(kind, tuple):  # an enum: its names only, never a typo that matches nothing
+        if v not in kind:
+            raise FilterError(f"filter: invalid value {v!r} for field '{name}' at column {value.col}; "
+                              f"expected one of {', '.join(kind)}")
+        cmp = _CMP[op.text]
+        return _Compare(name, op.text, v, lambda r: cmp(str(r.get(name) or ""), v))
 
     if kind == "string":
         get = lambda r: str(r.get(name) or "")  # noqa: E731
         if op.text == ":":
-            return _Compare(name, ":", v, lambda r: _has(get(r), v))
-        cmp = _CMP[op.text]
-        return _Compare(name, op.text, v, lambda r: cmp(get(r), v))
+            if v == "*":
+                return _Compare(name, ":", v, lambda r: get(r) != "")
+            if "*" not in v:
+                raise FilterError(
+                    f"filter: '{name}:{v}' at column {op.col}: the emulator implements ':' on {name} only as "
+                    f"the wildcard match the API documents (a value with '*', e.g. {name}:\"{v}*\"); "
+                    f"for equality write {name}=\"{v}\""
+                )
+            match = _wildcard(v)
+            return _Compare(name, ":", v, lambda r: match(get(r)))
+        match = _equals(v)
+        if op.text == "=":
+            return _Compare(name, "=", v, lambda r: match(get(r)))
+        return _Compare(name, "!=", v, lambda r: not match(get(r)))
 
     if kind == "time":
         when = _parse_time(v)
@@ -288,15 +385,14 @@ def _compile(field: _Tok, op: _Tok, value: _Tok, collection: str) -> Predicate:
 
         return _Compare(name, op.text, when, test_time)
 
-    key = name[len("labels.") :]
+    key = segments[1]
     labels = lambda r: r.get("labels") or {}  # noqa: E731
     if op.text == ":" and v == "*":
         return _Compare(name, ":", v, lambda r: key in labels(r))
-    if op.text == ":":
-        return _Compare(name, ":", v, lambda r: key in labels(r) and _has(labels(r)[key], v))
-    if op.text == "=":
-        return _Compare(name, "=", v, lambda r: labels(r).get(key) == v)
-    return _Compare(name, "!=", v, lambda r: labels(r).get(key) != v)
+    match = _equals(v)
+    if op.text in ("=", ":"):  # ``m.foo:42``: "True if m.foo is 42" (AIP-160)
+        return _Compare(name, op.text, v, lambda r: key in labels(r) and match(labels(r)[key]))
+    return _Compare(name, "!=", v, lambda r: not (key in labels(r) and match(labels(r)[key])))
 
 
 # --------------------------------------------------------------------------
@@ -308,6 +404,7 @@ class _Parser:
     def __init__(self, text: str, collection: str) -> None:
         self.toks = _tokenize(text)
         self.i = 0
+        self.depth = 0
         self.collection = collection
 
     @property
@@ -319,65 +416,85 @@ class _Parser:
         self.i += 1
         return tok
 
-    def is_word(self, word: str) -> bool:
-        return self.tok.kind == "WORD" and self.tok.text == word
-
     @staticmethod
     def error(tok: _Tok, expected: str) -> FilterError:
         return FilterError(f"filter: unexpected {tok.describe()} at column {tok.col}; expected {expected}")
 
     def parse(self) -> Predicate:
-        pred = self.expr()
+        pred = self.expression()
         if self.tok.kind != "EOF":
             raise self.error(self.tok, "AND, OR or end of input")
         return pred
 
     # AIP-160's precedence, which Google's list filters follow: OR binds tightest, then
     # juxtaposition (an implicit AND), then AND: ``a AND b OR c`` is ``a AND (b OR c)``.
-    def expr(self) -> Predicate:
-        pred = self.sequence()
-        while self.is_word("AND"):
+    def expression(self) -> Predicate:
+        parts = [self.sequence()]
+        while self.tok.kind == "AND":
             self.advance()
-            pred = _And(pred, self.sequence())
-        return pred
+            parts.append(self.sequence())
+        return _and(parts)
 
     def sequence(self) -> Predicate:
-        pred = self.factor()
-        while self.tok.kind == "(" or (self.tok.kind == "WORD" and not self.is_word("AND") and not self.is_word("OR")):
-            pred = _And(pred, self.factor())  # juxtaposition
-        return pred
+        parts = [self.factor()]
+        while self.tok.kind in ("(", "NOT", "MEMBER"):
+            parts.append(self.factor())  # juxtaposition
+        return _and(parts)
 
     def factor(self) -> Predicate:
-        pred = self.unary()
-        while self.is_word("OR"):
+        parts = [self.term()]
+        while self.tok.kind == "OR":
             self.advance()
-            pred = _Or(pred, self.unary())
-        return pred
+            parts.append(self.term())
+        return _or(parts)
 
-    def unary(self) -> Predicate:
-        if self.is_word("NOT"):
+    def term(self) -> Predicate:
+        if self.tok.kind == "NOT":
             self.advance()
-            return _Not(self.unary())
+            if self.tok.kind == "NOT":  # the EBNF: term := [NOT | -] simple
+                raise self.error(self.tok, "a field name or '(' after a negation (one NOT or '-' per term)")
+            return _Not(self.simple())
+        return self.simple()
+
+    def simple(self) -> Predicate:
         if self.tok.kind == "(":
+            if self.depth >= MAX_NESTING:
+                raise FilterError(f"filter: parentheses nested deeper than {MAX_NESTING} levels at column "
+                                  f"{self.tok.col} (the emulator's limit)")
+            self.depth += 1
             self.advance()
-            pred = self.expr()
+            pred = self.expression()
             if self.tok.kind != ")":
                 raise self.error(self.tok, "')'")
             self.advance()
+            self.depth -= 1
             return pred
-        return self.comparison()
+        return self.restriction()
 
-    def comparison(self) -> Predicate:
+    def restriction(self) -> Predicate:
         field = self.tok
-        if field.kind != "WORD" or field.text in _KEYWORDS:
-            raise self.error(field, "a field name, NOT or '('")
+        if field.kind != "MEMBER":
+            raise self.error(field, "a field name, NOT, '-' or '('")
         self.advance()
         op = self.tok
+        if op.kind == "(" and op.col == field.end:
+            raise FilterError(f"filter: function call '{field.text}(...)' at column {field.col}: the emulator "
+                              "implements no filter functions (Vertex documents none for this list)")
         if op.kind != "OP":
+            if op.kind in ("EOF", "AND", "OR", ")", "MEMBER", "NOT", "("):
+                raise FilterError(
+                    f"filter: bare value '{field.text}' at column {field.col} (a global restriction, "
+                    f"AIP-160): the emulator does not implement it; name a field, e.g. "
+                    f"display_name=\"{field.text}\"")
             raise self.error(op, f"an operator (= != < <= > >= :) after '{field.text}'")
         self.advance()
         value = self.tok
-        if value.kind not in ("STR", "WORD") or (value.kind == "WORD" and value.text in _KEYWORDS):
+        if value.kind == "(":
+            raise FilterError(f"filter: a parenthesized value after '{op.text}' at column {value.col}: the "
+                              "emulator does not implement value groups; write (a=1 OR a=2)")
+        if value.kind != "VALUE":
+            raise self.error(value, f"a value after '{op.text}'")
+        if not value.quoted and value.text in _KEYWORDS:
             raise self.error(value, f"a value after '{op.text}'")
         self.advance()
         return _compile(field, op, value, self.collection)
@@ -388,6 +505,9 @@ def parse_filter(text: str, collection: str = "customJobs") -> Predicate:
     blank text matches every record."""
     if collection not in FIELDS:
         raise FilterError(f"filter: {collection}.list takes no filter")
+    if len(text) > MAX_FILTER_LENGTH:
+        raise FilterError(f"filter: {len(text)} characters is longer than the emulator's limit of "
+                          f"{MAX_FILTER_LENGTH}")
     if not text or not text.strip():
         return _All()
     return _Parser(text, collection).parse()

@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from airflow_gpu_sched.emulator import studies
-from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
+from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
+from airflow_gpu_sched.emulator.paging import coerce_page_size, encode_token, offset_page
 from airflow_gpu_sched.emulator.capacity import tier_of
 from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
@@ -210,6 +211,8 @@ class JobTypesMixin:
     def cancel_hyperparameter_tuning_job(self, name: str) -> dict:
         record = self._tuning(name)
         state = record.job.state
+        if state.is_terminal() and self.scenario.variants.cancel_ended == "noop":  # type: ignore[union-attr]
+            return {}
         if state.is_terminal():  # type: ignore[union-attr]
             raise ApiError("FAILED_PRECONDITION", f"Cannot cancel HyperparameterTuningJob {name}: "
                                                            f"it is already in state {state.value}.")  # type: ignore[union-attr]
@@ -311,9 +314,17 @@ class JobTypesMixin:
         trials = job.trials or []
         active = sum(1 for t in trials if not t.state.is_terminal())  # type: ignore[union-attr]
         if job.state is S.JOB_STATE_CANCELLING:
-            if active == 0:
-                job.error = Status(code=1, message="CANCELED")
-                self._tuning_state(record, S.JOB_STATE_CANCELLED, when)
+            if active == 0:  # as the scenario's cancelOutcome says, if it ran (as a custom job)
+                ran = len(record.history) >= 2 and record.history[-2][0] == S.JOB_STATE_RUNNING.value
+                outcome = self.scenario.variants.cancel_outcome if ran else "cancelled"
+                if outcome == "succeeded":
+                    self._tuning_state(record, S.JOB_STATE_SUCCEEDED, when)
+                elif outcome == "failed":
+                    job.error = cancel_failure()
+                    self._tuning_state(record, S.JOB_STATE_FAILED, when)
+                else:
+                    job.error = Status(code=1, message="CANCELED")
+                    self._tuning_state(record, S.JOB_STATE_CANCELLED, when)
             return
         while len(job.trials or []) < (job.max_trial_count or 0) and active < (job.parallel_trial_count or 1):
             self._spawn_trial(record, when)
@@ -383,6 +394,8 @@ class JobTypesMixin:
     def cancel_training_pipeline(self, name: str) -> dict:
         record = self._pipeline(name)
         state = record.pipeline.state
+        if state.is_terminal() and self.scenario.variants.cancel_ended == "noop":  # type: ignore[union-attr]
+            return {}
         if state.is_terminal():  # type: ignore[union-attr]
             raise ApiError("FAILED_PRECONDITION", f"Cannot cancel TrainingPipeline {name}: "
                                                            f"it is already in state {state.value}.")  # type: ignore[union-attr]
@@ -490,9 +503,9 @@ class JobTypesMixin:
         raise ApiError("NOT_FOUND", f'The Model "{name}" does not exist.')
 
     def list_models(self, project: str, location: str, filter_text: str = "", page_size: int | None = None,
-                    page_token: str = "", read_mask: str = "") -> dict:
+                    page_token: str = "", read_mask: str = "", order_by: str = "") -> dict:
         return self._list_page(self.models.values(), "models", project, location, filter_text, page_size,
-                               page_token, read_mask=read_mask)
+                               page_token, read_mask=read_mask, order_by=order_by)
 
     # ------------------------------------------------------------------ Cloud Quotas
 
@@ -506,19 +519,23 @@ class JobTypesMixin:
                 [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
                   "domain": "cloudquotas.googleapis.com",
                   "metadata": {"permission": "cloudquotas.quotas.get"}}])
-        if page_size is not None and page_size < 0:
-            raise ApiError("INVALID_ARGUMENT", "pageSize must not be negative.")
+        size = coerce_page_size(page_size, 100, 1000)
         metrics = self.quotas.metrics() if service == "aiplatform.googleapis.com" else []
-        size = min(page_size or 100, 1000)
-        start = decode_page_token(page_token, service) if page_token else 0
-        page = metrics[start:start + size]
+        binding = ("quotaInfos", project, service)
+        start, end = offset_page(page_token, binding, size, len(metrics), self.scenario.variants.list_pages)
+        page = metrics[start:end]
         body: dict[str, Any] = {"quotaInfos": [self.quotas.quota_info(project, m) for m in page]} if page else {}
-        if start + size < len(metrics):
-            body["nextPageToken"] = encode_page_token(start + size, service)
+        if end < len(metrics):
+            body["nextPageToken"] = encode_token(end, *binding)
         return body
 
     def get_quota_info(self, project: str, service: str, quota_id: str) -> dict:
-        listed = self.list_quota_infos(project, service, 1000).get("quotaInfos", [])
+        listed, token = [], ""
+        while True:  # every page (under variants.listPages: short the first one is empty)
+            page = self.list_quota_infos(project, service, 1000, token)
+            listed += page.get("quotaInfos", [])
+            if not (token := page.get("nextPageToken", "")):
+                break
         found = next((q for q in listed if q["quotaId"] == quota_id), None)
         if found is None:
             raise ApiError("NOT_FOUND", f"QuotaInfo {quota_id} of {service} does not exist.")

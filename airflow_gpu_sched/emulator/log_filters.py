@@ -8,7 +8,8 @@ parentheses. As in the logging query language, ``OR`` binds tighter than ``AND``
 ("a OR b AND c" is "(a OR b) AND c"). A filter that does not parse is refused with Google's
 "Unparseable filter" wording (assumed); a valid field or operator outside the subset is refused
 naming it (the emulator's own words: Google would run it). A filter over 20,000 characters is
-refused (ListLogEntriesRequest.filter).
+refused (ListLogEntriesRequest.filter), and so are parentheses nested deeper than
+:data:`MAX_NESTING` (the emulator's own limit, so no filter exhausts the parser's stack).
 
 May import: emulator, vertex; never airflow.
 """
@@ -22,6 +23,7 @@ from typing import Any
 from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.vertex.cloud_logging import FILTER_LIMIT, SEVERITIES, TASK_LABEL, timestamp_key
 
+MAX_NESTING = 32  # levels of "(": the emulator's limit (Google documents none)
 Entry = dict[str, Any]
 Predicate = Callable[[Entry], bool]
 
@@ -71,6 +73,7 @@ class _Parser:
         self.text = text
         self.tokens = _tokens(text)
         self.i = 0
+        self.depth = 0
 
     def peek(self) -> tuple[str, str, int] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -114,8 +117,13 @@ class _Parser:
     def primary(self) -> Predicate:
         kind, value, column = self.take()
         if value == "(":
+            if self.depth >= MAX_NESTING:
+                raise ApiError("INVALID_ARGUMENT", f"filter: parentheses nested deeper than {MAX_NESTING} levels "
+                               f"at column {column} (the emulator's limit)")
+            self.depth += 1
             inner = self.conjunction()
             self.expect(")")
+            self.depth -= 1
             return inner
         if kind != "word" or value in ("AND", "OR"):
             raise unparseable(self.text, column, value)

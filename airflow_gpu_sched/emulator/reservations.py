@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -122,9 +123,10 @@ class ReservationStore:
         prefix = f"projects/{project}/zones/{zone}/reservations/"
         names = sorted(n for n in self.items if n.startswith(prefix))
         size = min(max_results or 500, 500)
-        start = int(page_token) if page_token.isdigit() else 0
-        if page_token and not page_token.isdigit():
+        # only a token this list could have answered (a short decimal): never int() of any digits
+        if page_token and not re.fullmatch(r"[0-9]{1,9}", page_token):
             raise ComputeError(400, "Invalid value for field 'pageToken'.")
+        start = int(page_token) if page_token else 0
         page = names[start:start + size]
         body: dict[str, Any] = {"kind": "compute#reservationList", "id": f"{prefix.rstrip('/')}",
                                 "selfLink": f"{SELF_LINK_ROOT}{prefix.rstrip('/')}",
@@ -220,7 +222,7 @@ def add_compute_routes(app: Any, backend: Any, auth: Any) -> None:  # noqa: C901
                 return answer(store.insert(parts[1], parts[3], body, backend.clock.now()))
             if rpc == "reservations.list":
                 raw_max = request.query_params.get("maxResults")
-                if raw_max not in (None, "") and not raw_max.isdigit():
+                if raw_max not in (None, "") and not re.fullmatch(r"[0-9]{1,9}", raw_max):
                     raise ComputeError(400, f"Invalid value for field 'maxResults': '{raw_max}'.")
                 return answer(store.list(parts[1], parts[3], request.query_params.get("pageToken", ""),
                                          int(raw_max) if raw_max else None))

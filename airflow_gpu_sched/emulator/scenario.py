@@ -108,6 +108,19 @@ class Variants(_Camel):
     # A job whose (specific) reservation has too few free VMs: waits QUEUED until VMs free up
     # ("queued"), or FAILED with RESOURCE_EXHAUSTED at admission ("failed").
     reservation_full: Literal["queued", "failed"] = "queued"
+    # Lists (AIP-158: "may return fewer results than the number requested (including zero
+    # results), even if not at the end of the collection"): pages as full as the page size allows
+    # ("full"), or short and empty ones that still carry a nextPageToken ("short": emulator/paging.py).
+    list_pages: Literal["full", "short"] = "full"
+    # How a cancelled job ends (job_state.proto: from CANCELLING "the job may only go to either
+    # JOB_STATE_SUCCEEDED, JOB_STATE_FAILED or JOB_STATE_CANCELLED"; CancelCustomJob: "success is
+    # not guaranteed"): CANCELLED with code 1 ("cancelled"), or it completed anyway ("succeeded"),
+    # or it failed while stopping ("failed": exit 143, SIGTERM). Tuning jobs and pipelines the same.
+    cancel_outcome: Literal["cancelled", "succeeded", "failed"] = "cancelled"
+    # A cancel of a job that has already ended: 400 FAILED_PRECONDITION ("refused"), or {} and
+    # nothing done ("noop": gcloud's "If the job is already finished, the command will not perform
+    # an operation and exit successfully", gcloud ai-platform jobs cancel).
+    cancel_ended: Literal["refused", "noop"] = "refused"
 
 
 class SeededPersistentResource(_Camel):

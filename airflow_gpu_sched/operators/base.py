@@ -638,9 +638,8 @@ class VertexTrainingOperator(BaseOperator):
         return None, False
 
     def _find_by_key(self, key: str, location: str) -> Any:
-        flt = f'labels.{SUBMISSION_LABEL}="{key}"'
-        page = self.job_kind.list_page(self.client(location), flt, 10, None)
-        return next(iter(self.job_kind.items(page)), None)
+        flt = f'labels.{SUBMISSION_LABEL}="{key}"'  # "labels.key=value" (ListCustomJobsRequest.filter)
+        return next(self.job_kind.list_all(self.client(location), flt, 10), None)  # empty pages too
 
     def _read_quota(self, step: Step, location: str) -> engine.QuotaRead:
         """The region's GPU quota for the step's tier against what the job holds at once."""

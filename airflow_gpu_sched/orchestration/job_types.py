@@ -17,6 +17,7 @@ May import: vertex, orchestration; airflow.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,16 @@ class JobType:
                   read_mask: str | None = None) -> Any:
         return getattr(client, f"list_{self.key}s_page")(filter, page_size, page_token, read_mask)
 
+    def list_all(self, client: Any, filter: str, page_size: int = 100) -> Iterator[Any]:
+        """Every resource matching ``filter`` (sync client), page after page until no token: a page
+        may be short or empty and still carry one (AIP-158, google.aip.dev/158)."""
+        token = None
+        while True:
+            page = self.list_page(client, filter, page_size, token)
+            yield from self.items(page)
+            if not (token := page.next_page_token):
+                return
+
     def cancel(self, client: Any, name: str) -> Any:
         return getattr(client, f"cancel_{self.key}")(name)
 
@@ -121,9 +132,14 @@ class JobType:
         return getattr(page, self.page_items)
 
     def not_terminal_filter(self) -> str:
+        # the proto's own example: "`NOT display_name="my_job"`" (ListCustomJobsRequest.filter,
+        # v1 job_service.proto); NOT over a parenthesized OR: AIP-160's grammar (google.aip.dev/160)
         return "NOT " + self.terminal_filter()
 
     def terminal_filter(self) -> str:
+        # "`state` supports `=`, `!=` comparisons" (ListCustomJobsRequest.filter, v1 job_service.proto;
+        # ListTrainingPipelinesRequest.filter's example `state="PIPELINE_STATE_SUCCEEDED"`); the OR is
+        # parenthesized because AIP-160 binds OR tighter than AND (google.aip.dev/160)
         return "(" + " OR ".join(f'state="{s}"' for s in self.terminal_states) + ")"
 
     def watch_mask(self) -> str:

@@ -179,7 +179,6 @@ def _jobs_list(args: argparse.Namespace) -> int:
 
 
 def _jobs_orphans(args: argparse.Namespace) -> int:
-    from airflow_gpu_sched.orchestration.job_types import job_type_of
     from airflow_gpu_sched.tools import platform
 
     client = _client(args)
@@ -196,8 +195,7 @@ def _jobs_orphans(args: argparse.Namespace) -> int:
             print("nothing cancelled", file=sys.stderr)
             return 1
     for orphan in orphans:
-        job_type_of(orphan.job.name).cancel(client, orphan.job.name)
-        print(f"cancel requested: {orphan.job.name}", file=sys.stderr)
+        print(platform.cancel_job(client, orphan.job.name), file=sys.stderr)
     return 0
 
 

@@ -224,7 +224,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
                                                   "then frees")
         dags_test("nightly_retraining_tuned", "a tuning job (4 FLEX_START trials on A100s, 2 at a time) -> a "
                                               "training pipeline with the best parameters registers the model")
-        models = client.list_models_page().models
+        models = list(client.list_models())  # every page (a page may be empty and carry a token)
         for model in models:
             print(f"  registered model {model.display_name}: {model.name} version {model.version_id}", flush=True)
         if not models:

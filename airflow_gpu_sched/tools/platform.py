@@ -27,6 +27,8 @@ from typing import Any, Iterable, Iterator
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
 from airflow_gpu_sched.tools.exit_codes import UsageError
 
+# "`labels.key=value` - key:value equality" (ListCustomJobsRequest.filter, v1 job_service.proto;
+# the same in the tuning-job and training-pipeline lists)
 MANAGED_FILTER = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
 # A task instance in one of these will still look after its job (a retry re-attaches by the
 # ledger), so its job is not an orphan.
@@ -124,6 +126,21 @@ def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
             rows.append(job_row(job_type, resource))
     return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
 
+
+
+def cancel_job(client: Any, name: str) -> str:
+    """Cancel one job; what happened, as a line for the user. A job that ended since it was listed
+    is no error: Vertex answers its cancel with 400 FAILED_PRECONDITION or does nothing ("If the
+    job is already finished, the command will not perform an operation", gcloud ai-platform jobs
+    cancel); a cancel may also end SUCCEEDED or FAILED ("success is not guaranteed")."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.vertex.client import InvalidArgumentError
+
+    try:
+        job_type_of(name).cancel(client, name)
+    except InvalidArgumentError as exc:
+        return f"not cancelled (it has already ended): {name}: {exc}"
+    return f"cancel requested: {name}"
 
 def link_children(rows: list[JobRow]) -> list[JobRow]:
     """A tuning job's trials and a pipeline's custom job carry its labels (submission key included):

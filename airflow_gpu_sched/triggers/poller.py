@@ -41,6 +41,9 @@ from airflow_gpu_sched.vertex.models import format_timestamp
 
 log = logging.getLogger(__name__)
 
+# "`labels` supports general map functions that is: `labels.key=value` - key:value equality"
+# (ListCustomJobsRequest.filter in google/cloud/aiplatform/v1/job_service.proto; the same words in
+# ListHyperparameterTuningJobsRequest and pipeline_service.proto's ListTrainingPipelinesRequest)
 OURS = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
 CLOCK_MARGIN = timedelta(seconds=2)  # slack on the create_time bounds (timestamp precision)
 FEW_MISSING = 3  # up to this many ended jobs in one interval: a GET each; more: one list of ended jobs
@@ -175,6 +178,8 @@ class SharedJobPoller:
     def _active_filter(self) -> str:
         parts = [OURS]
         if self._create_times and set(self._create_times) >= set(self._watchers):
+            # "`create_time` supports `=`, `!=`,`<`, `<=`,`>`, `>=` comparisons. `create_time` must be
+            # in RFC 3339 format." (ListCustomJobsRequest.filter, v1 job_service.proto)
             oldest = min(self._create_times.values()) - CLOCK_MARGIN
             parts.append(f'create_time>="{format_timestamp(oldest)}"')
         parts.append(self.job_type.not_terminal_filter())
@@ -182,6 +187,8 @@ class SharedJobPoller:
 
     def _ended_filter(self, create_times: Any) -> str:
         times = list(create_times)
+        # create_time bounds: "`create_time` supports `=`, `!=`,`<`, `<=`,`>`, `>=` comparisons"
+        # (ListCustomJobsRequest.filter, v1 job_service.proto); AND per AIP-160 (google.aip.dev/160)
         return " AND ".join([OURS, f'create_time>="{format_timestamp(min(times) - CLOCK_MARGIN)}"',
                              f'create_time<="{format_timestamp(max(times) + CLOCK_MARGIN)}"',
                              self.job_type.terminal_filter()])
