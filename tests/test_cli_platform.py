@@ -75,6 +75,7 @@ def _every_job(emulator) -> list[dict]:
             return found
         params = {"pageToken": page["nextPageToken"]}
 
+
 def _state(emulator, name: str) -> str:
     return requests.get(f"{emulator.url}/v1/{name}", timeout=5).json()["state"]
 
