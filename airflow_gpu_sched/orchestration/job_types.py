@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
 from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
 from airflow_gpu_sched.vertex.rules import Violation
@@ -138,7 +139,7 @@ class JobType:
         when it is not a custom job (the operator reads its outputs from it)."""
         payload = event_for_job(self.view(resource), observed_restarts)
         if self is not CUSTOM_JOB:
-            payload["resource"] = resource.to_api()
+            payload["resource"] = public_resource(resource)
         return payload
 
     def resource_of(self, event: dict[str, Any]) -> Any:
