@@ -25,7 +25,9 @@ _TIMED_OUT = object()
 
 
 def location_of(resource_name: str) -> str:
-    return resource_name.split("/")[3]
+    from airflow_gpu_sched.vertex import resource_names
+
+    return resource_names.location(resource_name)
 
 
 async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float, window: float,
