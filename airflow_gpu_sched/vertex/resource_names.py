@@ -26,7 +26,7 @@ _COLLECTION = r"[a-z][A-Za-z0-9]{0,62}"
 _ID = r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}(?:@[A-Za-z0-9_-]{1,128})?"
 PATH = re.compile(rf"projects/(?P<project>{_PROJECT})/locations/(?P<location>{_LOCATION})"
                   rf"(?P<rest>(?:/{_COLLECTION}/{_ID})*)(?:/{_COLLECTION})?(?::[a-z][A-Za-z]{{0,62}})?")
-RULE = ("projects/PROJECT/locations/LOCATION/COLLECTION/ID: project and location of lowercase letters, digits "
+RULE = ("like projects/P/locations/L/COLLECTION/ID: project and location of lowercase letters, digits "
         "and hyphens, ids of letters, digits, '-' and '_', no empty or '..' segment")
 
 
@@ -46,7 +46,7 @@ def parts(name: str, what: str = "resource name") -> tuple[str, str, str, str]:
     segments = match.group("rest").split("/")  # "", C, ID
     if len(segments) != 3 or name != f"projects/{match.group('project')}/locations/{match.group('location')}" \
                                      f"{match.group('rest')}":
-        raise ValueError(f"{name!r} is not a Vertex AI {what} (projects/PROJECT/locations/LOCATION/COLLECTION/ID)")
+        raise ValueError(f"{name!r} is not a Vertex AI {what} (like projects/P/locations/L/COLLECTION/ID)")
     return match.group("project"), match.group("location"), segments[1], segments[2]
 
 
