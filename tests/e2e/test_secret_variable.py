@@ -102,6 +102,7 @@ def _trigger_kwargs_seen(airflow: AirflowDeployment, run_id: str, task_id: str, 
     raise AssertionError(f"{task_id} never deferred: {ti}")
 
 
+@pytest.mark.timeout(1800)  # a hang guard, not a speed check: a deployment starts on a shared machine
 def test_a_variable_rendered_into_env_and_args_reaches_the_job_and_nothing_else(deployment):
     airflow = deployment
     airflow.emulator.reset({**FAST, "persistentResources": [
