@@ -718,7 +718,10 @@ class VertexTrainingOperator(BaseOperator):
                     raise
                 self.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again",
                                  job.display_name, exc)
-        ledger.record_job(created.name, _try_number(context))
+        from airflow_gpu_sched.operators.unrecorded import record_or_cancel
+
+        record_or_cancel(self.log, lambda: ledger.record_job(created.name, _try_number(context)),
+                         lambda: self.job_kind.cancel(client, created.name), created.name)
         self._job_name = created.name
         ti = context.get("ti")
         if ti is not None:
