@@ -88,7 +88,7 @@ def _jobs(emulator: EmulatorControl) -> list[dict]:
     return response.json().get("customJobs", [])
 
 
-def _trigger_kwargs_seen(airflow: AirflowDeployment, run_id: str, task_id: str, timeout: float = 120) -> None:
+def _trigger_kwargs_seen(airflow: AirflowDeployment, run_id: str, task_id: str, timeout: float = 600) -> None:
     """Wait until ``task_id`` deferred (its trigger row was written)."""
     deadline, ti = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
@@ -108,20 +108,22 @@ def test_a_variable_rendered_into_env_and_args_reaches_the_job_and_nothing_else(
     airflow.emulator.reset({**FAST, "persistentResources": [
         {"project": PROJECT, "location": LOCATION, "id": "secret-pool",
          "resource": {"displayName": "secret-pool", "resourcePools": [POOL]}}]})
-    # a blocker holds the pool's one replica for a while: on_pool defers on the capacity trigger
+    # a blocker holds the pool's one replica until cancelled: on_pool defers on the capacity trigger
     with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=airflow.emulator.url) as client:
-        client.create_custom_job({"displayName": "blocker", "jobSpec": {
+        blocker = client.create_custom_job({"displayName": "blocker", "jobSpec": {
             "persistentResourceId": "secret-pool", "workerPoolSpecs": [{
                 "machineSpec": POOL["machineSpec"], "replicaCount": "1",
                 "containerSpec": {"imageUri": "gcr.io/p/b:1", "env": [{"name": "EMULATOR_RUN_SECONDS",
-                                                                        "value": "1500"}]}}]}})
+                                                                        "value": "10000000"}]}}]}}).name
     run_id = airflow.trigger(DAG_ID)
     _trigger_kwargs_seen(airflow, run_id, "on_pool")
     db_while_deferred = _dump_db(airflow.pg)  # the capacity trigger's row exists only while it waits
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=airflow.emulator.url) as client:
+        client.cancel_custom_job(blocker)  # the pool frees: on_pool submits its job
     assert airflow.wait(DAG_ID, run_id, timeout=300) == "success", airflow.logs()[-20000:]
 
     # the secret did reach the jobs (the grep below would otherwise prove nothing)
-    ours = [j for j in _jobs(airflow.emulator) if j["displayName"].startswith("e2e-variable")]
+    ours = [j for j in _jobs(airflow.emulator) if j.get("displayName", "").startswith("e2e-variable")]
     assert len(ours) == 2, ours
     for job in ours:
         container = job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
@@ -138,7 +140,8 @@ def test_a_variable_rendered_into_env_and_args_reaches_the_job_and_nothing_else(
     # the grep looked where the secret would be: the events Airflow stored (next_kwargs), the
     # capacity trigger (its row while it waited, or the triggerer's log of it), the task logs, XCom
     everything = "\n".join(outputs.values())
-    assert "JOB_STATE_SUCCEEDED" in everything and "PersistentCapacityTrigger" in everything
+    assert "Trigger fired event" in everything and "JOB_STATE_SUCCEEDED" in everything
+    assert "PersistentCapacityTrigger" in db_while_deferred and "secret-pool" in everything
     assert "gpu_hours" in outputs["XCom (REST API)"]
     assert any("task_id=train" in name for name in outputs) and any("task_id=on_pool" in name for name in outputs), \
         sorted(outputs)
