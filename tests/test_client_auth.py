@@ -301,3 +301,121 @@ def test_operator_impersonation_chain_reaches_every_vertex_call_of_the_task_and_
     assert calls > 2 and stats["impersonatedRequests"] == calls and not stats.get("authorizedRequests"), stats
     assert {(r["target"], tuple(r["delegates"])) for r in control.auth_records()["impersonations"]} == {
         (TARGET, (f"projects/-/serviceAccounts/{HOP}",))}
+
+
+# --------------------------------------------------------------------------- the client-credentials grant
+
+
+class _IdP:
+    """A stand-in OAuth 2.0 token endpoint (the IdP of the Google provider's "Client Credentials
+    Grant Flow") on loopback http: answers ``client_credentials`` with ``token`` for the right
+    client, 401 otherwise; records what it was asked."""
+
+    def __init__(self, client_id: str, client_secret: str, token: str):
+        import http.server
+        import threading
+        import urllib.parse
+
+        idp = self
+        self.requests: list[dict] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                length = int(self.headers.get("Content-Length") or 0)
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+                idp.requests.append(form)
+                ok = form == {"grant_type": "client_credentials", "client_id": client_id,
+                              "client_secret": client_secret, **idp.extra}
+                body = json.dumps({"access_token": token, "expires_in": 3600, "token_type": "Bearer"} if ok
+                                  else {"error": "invalid_client", "echo": form}).encode()
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.extra: dict[str, str] = {}
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _grant_config(url: str) -> dict:
+    # an identity pool config without a credential_source: the IdP's token is the subject token
+    return {"type": "external_account", "audience": AUDIENCE, "token_url": f"{url}/v1/token",
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt"}
+
+
+def test_client_credentials_grant_gets_the_idps_token_exchanged_at_sts_and_only_that_reaches_vertex(env):
+    """``idp_issuer_url``/``client_id``/``client_secret`` (the Google provider's client credentials
+    grant, with a workload identity federation config): the IdP's token is the STS subject
+    token, Vertex sees only the federated token. Not Application Default Credentials."""
+    url, control, tokens = env
+    client_secret = "cs-" + secrets.token_urlsafe(16)
+    idp = _IdP("airflow-client", client_secret, tokens["subject"])
+    idp.extra = {"audience": "vertex"}
+    try:
+        _list(ConnectionSettings.from_extras({
+            "project": PROJECT, "api_endpoint": url, "credential_config_file": json.dumps(_grant_config(url)),
+            "idp_issuer_url": idp.url, "client_id": "airflow-client", "client_secret": client_secret,
+            "idp_extra_parameters": json.dumps({"audience": "vertex"})}))
+    finally:
+        idp.close()
+    assert len(idp.requests) == 1  # cached for its expires_in
+    exchanges = control.auth_records()["exchanges"]
+    assert [e["subjectTokenMatched"] for e in exchanges] == [True]
+    calls, stats = _vertex_calls(control)
+    assert calls == 2 and stats["federatedRequests"] == calls, stats
+
+
+def test_a_refused_client_credentials_grant_names_the_issuer_and_quotes_no_secret(env):
+    url, control, tokens = env
+    idp = _IdP("airflow-client", "the-right-secret", tokens["subject"])
+    wrong = "wrong-" + secrets.token_urlsafe(16)
+    try:
+        with pytest.raises(Exception) as caught:
+            _list(ConnectionSettings.from_extras({
+                "project": PROJECT, "api_endpoint": url, "credential_config_file": _grant_config(url),
+                "idp_issuer_url": idp.url, "client_id": "airflow-client", "client_secret": wrong}))
+    finally:
+        idp.close()
+    text = str(caught.value)
+    assert "idp_issuer_url" in text and "HTTP 401" in text and "airflow-client" in text, text
+    assert wrong not in text and "the-right-secret" not in text
+    assert sum(control.stats()["requests"].values()) == 0  # nothing reached Vertex
+
+
+@pytest.mark.parametrize("extras, message", [
+    ({"idp_issuer_url": "https://idp.example/token", "client_id": "c", "client_secret": "s"},
+     "missing: credential_config_file"),
+    ({"client_id": "c", "client_secret": "s", "credential_config_file": "{}"}, "missing: idp_issuer_url"),
+    ({"idp_issuer_url": "https://idp.example/token", "client_secret": "s", "credential_config_file": "{}"},
+     "missing: client_id"),
+    ({"idp_issuer_url": "http://idp.example/token", "client_id": "c", "client_secret": "s",
+      "credential_config_file": "{}"}, "must be an https URL"),
+    ({"delegate_to": "someone@example.com"}, "delegate_to look like credentials this hook does not understand"),
+    ({"extra__google_cloud_platform__service_account_token": "t"}, "service_account_token look like credentials"),
+    ({"idp_extra_params": "{not json"}, "idp_extra_params is not valid JSON"),
+])
+def test_credential_fields_the_hook_cannot_use_are_an_error_never_adc(extras, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        ConnectionSettings.from_extras(extras)
+    assert "\"s\"" not in str(caught.value) and "'s'" not in str(caught.value)
+
+
+def test_other_extras_are_not_credentials_and_a_quota_project_is_carried(env, tmp_path):
+    """Non-credential extras (the provider's ``num_retries``, a UI's own fields) are ignored;
+    ``quota_project_id`` is applied to the credentials as the Google provider does."""
+    url, control, tokens = env
+    key = _key(f"{url}/token", "source@auth-project.iam.gserviceaccount.com")
+    settings = ConnectionSettings.from_extras({"project": PROJECT, "api_endpoint": url, "keyfile_dict": key,
+                                               "num_retries": 5, "description": "x", "quota_project_id": "billing-p"})
+    credentials, _ = settings.load_credentials()
+    assert credentials.quota_project_id == "billing-p"

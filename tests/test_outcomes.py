@@ -116,3 +116,26 @@ def test_a_running_job_has_no_event():
 def test_validate_event_rejects_what_the_operator_cannot_use(event, words):
     with pytest.raises(ValueError, match=words):
         validate_event(event, JOB_EVENTS)
+
+
+@pytest.mark.parametrize("pattern, words", [
+    (r"(a+)+$", "a quantifier inside a quantified group"),
+    (r"(x|xx)+y", "an alternation under a quantifier"),
+    (r"\w+\s+\w+ failed", "unbounded quantifiers"),
+], ids=["nested", "alternation", "polynomial"])
+def test_a_pattern_that_can_backtrack_for_ever_is_refused_when_the_option_is_read(patterns_option, pattern, words):
+    """Matching runs in the triggerer's event loop: a ReDoS pattern would stall every trigger."""
+    patterns_option(json.dumps({"preempted": [pattern]}))
+    with pytest.raises(failure_patterns.FailurePatternsError, match=words):
+        classify_failure(Status(code=13, message="a" * 100_000 + "!"))
+
+
+def test_patterns_read_a_capped_message(patterns_option):
+    """The first MESSAGE_CAP characters only (documented): a phrase past them is not read."""
+    patterns_option(json.dumps({"preempted": [r"capacity .* was repurposed"]}))
+    cap = failure_patterns.MESSAGE_CAP
+    head = "Zonal capacity for the accelerator was repurposed. "
+    assert classify_failure(Status(code=13, message=head + "x" * 10 * cap)) is Event.PREEMPTED
+    assert classify_failure(Status(code=13, message="x" * cap + head)) is Event.FAILED  # past the cap
+    assert classify_failure(Status(code=13, message="x" * cap + "exited with a non-zero status of 1")) is Event.FAILED
+    assert classify_failure(Status(code=13, message="capacity " + "y" * 1_000_000)) is Event.FAILED  # no stall

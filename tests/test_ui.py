@@ -77,3 +77,68 @@ def test_the_page_escapes_what_users_named():
     html = render(runs, "GPU training of <script>x</script>", [("home", "/gpu-sched/?a=<b>")])
     assert "<script>" not in html and "<b>" not in html
     assert "&lt;b&gt;t&lt;/b&gt;" in html
+
+
+def test_an_unreadable_result_is_a_row_saying_so_and_the_page_still_renders():
+    """XCom is written by whatever ran the task: a malformed result is one row's note, not a 500."""
+    bad = [{"attempts": [{"strategy": 7, "queued_seconds": "x"}]}, {"attempts": ["not a dict"]},
+           {"attempts": [{"start": "not a time"}]}]
+    runs = [RunRecord("nightly", "r", None, "success",
+                      [TaskRecord(f"t{i}", -1, "success", value) for i, value in enumerate(bad)] +
+                      [TaskRecord("train", -1, "success", PLAN)])]
+    night = nights_of(runs)[0]
+    notes = {t.name: t.note for t in night.tasks}
+    assert any(n and n.startswith("unreadable result") for n in notes.values()), notes
+    assert night.tasks[-1].attempts  # the good result is still shown
+    html = render(runs, "nightly", [])
+    assert "unreadable result" in html and "train" in html
+
+
+def _asgi_get(app, scope_server) -> tuple[int, str, list]:
+    """One GET straight through the ASGI app, with the ``server`` the scope is given; records
+    every outgoing HTTP request the page would make."""
+    import asyncio
+
+    import httpx
+
+    sent: list = []
+    original = httpx.AsyncClient.send
+
+    async def record(self, request, **kw):
+        sent.append(str(request.url))
+        return await original(self, request, **kw)
+
+    async def run():
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+                 "path": "/", "raw_path": b"/", "root_path": "", "query_string": b"",
+                 "headers": [(b"authorization", b"Bearer user-token"), (b"host", b"evil.example")],
+                 "client": ("127.0.0.1", 5000), "server": scope_server}
+        if scope_server is None:
+            del scope["server"]
+        out: dict = {"body": b""}
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                out["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                out["body"] += message.get("body", b"")
+
+        httpx.AsyncClient.send = record
+        try:
+            await app(scope, receive, send)
+        finally:
+            httpx.AsyncClient.send = original
+        return out["status"], out["body"].decode(), sent
+
+    return asyncio.run(run())
+
+
+def test_without_a_server_address_the_page_sends_the_token_nowhere():
+    from airflow_gpu_sched.ui.app import create_app
+
+    status, html, sent = _asgi_get(create_app(), None)
+    assert status == 503 and "scope[&#x27;server&#x27;]" in html or "scope['server']" in html, html[-500:]
+    assert sent == []  # no request to 127.0.0.1:8080 (nor the forged Host)

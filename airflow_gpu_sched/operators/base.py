@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 CONSOLE_URL_KEY = "console_url"
 JOB_NAME_KEY = "job_name"
+STRUCTURED = ("job_spec", "worker_pool_specs")  # parsed, then rendered value by value (_render_structured)
 
 
 class VertexCustomJobLink(ConsoleLink):
@@ -297,17 +298,31 @@ class VertexTrainingOperator(BaseOperator):
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render, then parse the rendered plan: a templated step value is checked here, before
         any call (a literal one was checked when the DAG was parsed)."""
-        # template_ext applies to job_spec alone: an argument such as args=["--config=c.yaml"]
-        # stays text instead of being read as a template file
+        # template_ext applies to no string value: an argument such as args=["--config=c.yaml"]
+        # stays text instead of being read as a template file (job_spec's file is read below)
         jinja_env = jinja_env or self.get_template_env()
-        self._do_render_template_fields(self, ("job_spec",), context, jinja_env, set())
         self.template_ext = ()
         try:
-            self._do_render_template_fields(self, [f for f in self.template_fields if f != "job_spec"], context,
+            self._render_structured(context, jinja_env)
+            self._do_render_template_fields(self, [f for f in self.template_fields if f not in STRUCTURED], context,
                                             jinja_env, set())
         finally:
             del self.template_ext  # back to the class's
         self.plan = self._parse_plan(ignore_templates=False)
+
+    def _render_structured(self, context: Any, jinja_env: Any) -> None:
+        """job_spec and worker_pool_specs: parsed first, then each string value rendered, so a
+        rendered value cannot change the job's structure (:mod:`orchestration.structured_render`)."""
+        from airflow_gpu_sched.orchestration import structured_render
+
+        def render(text: str) -> Any:
+            return self.render_template(text, context, jinja_env, set())
+
+        def read_file(path: str) -> str:
+            return jinja_env.loader.get_source(jinja_env, path)[0]
+
+        self.job_spec = structured_render.render_job_spec(self.job_spec, render, read_file)
+        self.worker_pool_specs = structured_render.render_worker_pool_specs(self.worker_pool_specs, render)
 
     def resolve_template_files(self) -> None:
         """At DAG parse, read job_spec's file (only job_spec's: see render_template_fields)."""
@@ -702,7 +717,10 @@ class VertexTrainingOperator(BaseOperator):
                     raise
                 self.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again",
                                  job.display_name, exc)
-        ledger.record_job(created.name, _try_number(context))
+        from airflow_gpu_sched.operators.unrecorded import record_or_cancel
+
+        record_or_cancel(self.log, lambda: ledger.record_job(created.name, _try_number(context)),
+                         lambda: self.job_kind.cancel(client, created.name), created.name)
         self._job_name = created.name
         ti = context.get("ti")
         if ti is not None:

@@ -6,7 +6,13 @@ their own patterns without a release through the Airflow option ``[gpu_sched] fa
 (env ``AIRFLOW__GPU_SCHED__FAILURE_PATTERNS``): a JSON object
 ``{"preempted": ["regex", ...], "capacity_timeout": [...], "quota_exceeded": [...], "failed": [...]}``.
 Their patterns are checked first (against the message and each ErrorInfo reason), then the
-built-in reasons, then the built-in message patterns. The option is read on first use (not at
+built-in reasons, then the built-in message patterns.
+
+Matching runs in the triggerer's event loop, so it is bounded: every pattern reads only the first
+:data:`MESSAGE_CAP` characters of the message (the classifying phrase is at its start) and the
+first :data:`REASON_CAP` of each reason; and a user pattern that can backtrack for ever is refused
+when the option is read (a quantifier inside a quantified group, an alternation under a
+quantifier, more than one unbounded quantifier), so no message can stall every trigger. The option is read on first use (not at
 import: the triggerer and the workers both classify, each reads its own config) and cached for
 the process.
 
@@ -21,6 +27,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 SECTION, OPTION = "gpu_sched", "failure_patterns"
+MESSAGE_CAP = 1024  # characters of an error message the patterns read
+REASON_CAP = 128  # characters of an ErrorInfo reason (Google's are UPPER_SNAKE words)
+_UNBOUNDED = 64  # a repeat allowing more than this counts as unbounded
 ENV_VAR = "AIRFLOW__GPU_SCHED__FAILURE_PATTERNS"
 KINDS = ("failed", "capacity_timeout", "quota_exceeded", "preempted")  # the order messages are tried in
 
@@ -54,6 +63,8 @@ class Patterns:
 
     def user_kind(self, message: str, reasons: frozenset[str] = frozenset()) -> str | None:
         """The first kind one of the user's patterns matches (in the message or a reason)."""
+        message = message[:MESSAGE_CAP]
+        reasons = frozenset(r[:REASON_CAP] for r in reasons)
         for kind in KINDS:
             for pattern in self.user.get(kind, ()):
                 if pattern.search(message) or any(pattern.search(r) for r in reasons):
@@ -63,6 +74,7 @@ class Patterns:
     def built_in_kind(self, message: str) -> str | None:
         """The first kind a built-in pattern matches in the message, user code first (its own
         logs may mention anything), quota before the stockout words (a quota message is no stockout)."""
+        message = message[:MESSAGE_CAP]
         return next((kind for kind in KINDS if self.built_in[kind].search(message)), None)
 
 
@@ -95,7 +107,51 @@ def parse_user_patterns(text: str | None) -> dict[str, tuple[re.Pattern, ...]]:
             except re.error as exc:
                 raise FailurePatternsError(
                     f"{where}: {kind!r} pattern {pattern!r} is not a valid regex: {exc}") from None
+            risk = backtracking_risk(pattern)
+            if risk:
+                raise FailurePatternsError(f"{where}: {kind!r} pattern {pattern!r} is refused: {risk} (it could "
+                                           f"backtrack for minutes in the triggerer's event loop)")
         found[kind] = tuple(compiled)
+    return found
+
+
+def backtracking_risk(pattern: str) -> str | None:
+    """Why the regex may take exponential (or high polynomial) time, or None: the shapes behind
+    catastrophic backtracking, read from the parsed pattern."""
+    from re import _parser  # the stdlib's own parser (sre_parse)
+
+    unbounded = 0
+
+    def walk(items: object, under_repeat: bool) -> str | None:
+        nonlocal unbounded
+        for op, arg in items:
+            name = str(op)
+            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                low, high, body = arg
+                if high > 1 and under_repeat:
+                    return "a quantifier inside a quantified group"
+                if high > _UNBOUNDED:
+                    unbounded += 1
+                found = walk(body, under_repeat or high > 1)
+            elif name == "BRANCH":
+                if under_repeat:
+                    return "an alternation under a quantifier"
+                found = next((f for f in (walk(b, under_repeat) for b in arg[1]) if f), None)
+            elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
+                found = walk(arg[-1], under_repeat)
+            elif name in ("ASSERT", "ASSERT_NOT"):
+                found = walk(arg[1], under_repeat)
+            elif name == "GROUPREF_EXISTS":
+                found = walk(arg[1], under_repeat) or (walk(arg[2], under_repeat) if arg[2] else None)
+            else:
+                found = None
+            if found:
+                return found
+        return None
+
+    found = walk(_parser.parse(pattern), False)
+    if found is None and unbounded > 1:
+        found = f"{unbounded} unbounded quantifiers (at most one: '.*', '+', '{{n,}}')"
     return found
 
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu_sched.orchestration.console import console_root
+from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
+from airflow_gpu_sched.vertex import resource_names
 from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
 from airflow_gpu_sched.vertex.rules import Violation
 
@@ -155,7 +157,7 @@ class JobType:
         when it is not a custom job (the operator reads its outputs from it)."""
         payload = event_for_job(self.view(resource), observed_restarts)
         if self is not CUSTOM_JOB:
-            payload["resource"] = resource.to_api()
+            payload["resource"] = public_resource(resource)
         return payload
 
     def resource_of(self, event: dict[str, Any]) -> Any:
@@ -297,10 +299,10 @@ def get_job_type(key: str) -> JobType:
 
 def job_type_of(resource_name: str) -> JobType:
     """``projects/P/locations/L/{collection}/ID`` names its own type."""
-    parts = resource_name.split("/")
-    if len(parts) < 6 or parts[4] not in _BY_COLLECTION:
+    _, _, collection, _ = resource_names.parts(resource_name, "training resource name")
+    if collection not in _BY_COLLECTION:
         raise ValueError(f"not a training resource name: {resource_name!r}")
-    return _BY_COLLECTION[parts[4]]
+    return _BY_COLLECTION[collection]
 
 
 def _owner(option: str) -> str:
@@ -308,8 +310,8 @@ def _owner(option: str) -> str:
 
 
 def _parts(name: str) -> tuple[str, str, str]:
-    parts = name.split("/")  # projects/P/locations/L/{collection}/ID
-    return parts[1], parts[3], parts[5]
+    project, location, _, job_id = resource_names.parts(name, "training resource name")
+    return project, location, job_id
 
 
 def _view(resource: Any, spec: CustomJobSpec, state: JobState | None) -> CustomJob:

@@ -17,6 +17,7 @@ import enum
 from typing import Any
 
 from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.vertex.models import CustomJob, JobState, Status
 
 
@@ -78,11 +79,12 @@ def event_kind(job: CustomJob) -> Event | None:
 
 
 def event_for_job(job: CustomJob, observed_restarts: int = 0) -> dict[str, Any]:
-    """The JSON-safe event payload for a finished job."""
+    """The JSON-safe event payload for a finished job: the job cut to what the operator decides by
+    (:mod:`airflow_gpu_sched.orchestration.event_fields`; never its env, args or command)."""
     kind = event_kind(job)
     if kind is None:
         raise ValueError(f"{job.name} is still {job.state}")
-    return {"status": kind.value, "job": job.to_api(), "observed_restarts": observed_restarts,
+    return {"status": kind.value, "job": public_resource(job), "observed_restarts": observed_restarts,
             "message": (job.error.message if job.error else None) or job.state.value}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_gpu_sched.orchestration.event_fields import public_spec
 from airflow_gpu_sched.orchestration.outcomes import Event, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch
 from airflow_gpu_sched.triggers.job import async_client
@@ -32,7 +33,7 @@ class PersistentCapacityTrigger(BaseTrigger):
                  impersonation_chain: str | list[str] | None = None):
         super().__init__()
         self.resource_name = resource_name
-        self.job_spec = job_spec
+        self.job_spec = public_spec(job_spec)  # what the fit reads: machines, counts; never env or args
         self.deadline = deadline
         self.gcp_conn_id = gcp_conn_id
         self.poll_interval = float(poll_interval)

@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.orchestration.outcomes import Event, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
@@ -24,7 +25,9 @@ _TIMED_OUT = object()
 
 
 def location_of(resource_name: str) -> str:
-    return resource_name.split("/")[3]
+    from airflow_gpu_sched.vertex import resource_names
+
+    return resource_names.location(resource_name)
 
 
 async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: float, window: float,
@@ -188,11 +191,11 @@ class CustomJobTrigger(BaseTrigger):
 
     def _bound_event(self, item: Any, view: Any, restarts: int) -> dict[str, Any]:
         """The capacity outcome of the bound: the job as last seen (CANCELLED, or still CANCELLING)."""
-        payload: dict[str, Any] = {"status": Event.CAPACITY_TIMEOUT.value, "job": view.to_api(),
+        payload: dict[str, Any] = {"status": Event.CAPACITY_TIMEOUT.value, "job": public_resource(view),
                                    "observed_restarts": restarts, "message": self._cancel_note,
                                    "running_bound": self.bound_reason or "running_by"}
         if item is not view:  # a tuning job or a pipeline: the operator reads the resource itself
-            payload["resource"] = item.to_api()
+            payload["resource"] = public_resource(item)
         return payload
 
     async def _get_now(self) -> Any:

@@ -35,6 +35,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import Event, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, ON_KILL_TIMEOUT, CustomJobTrigger, cancel_quietly
@@ -218,7 +219,7 @@ class RaceTrigger(BaseTrigger):
                                       "job": None, "event": None, "by_race": slot in by_race}
             if item is not None:
                 view = self._view(slot, item)
-                member["job"] = view.to_api()
+                member["job"] = public_resource(view)
                 if view.is_terminal():
                     event = self._members[slot].job_type.event(item, watches[slot].observed_restarts)
                     if slot in bounded and view.state.value == "JOB_STATE_CANCELLED":

@@ -23,12 +23,17 @@ from airflow_gpu_sched.ui.source import TRAINING_OPERATORS, AirflowApi, ApiError
 MAX_NIGHTS = 60
 
 
-def _roots(request: Request) -> tuple[str, str]:
+def _roots(request: Request) -> tuple[str, str | None]:
     """(the plugin's root path, the REST API's URL on this very api-server). The API is called on
     the socket that took the request (``scope["server"]``), never on the Host header the client
-    sent: a forged Host cannot make the server fetch from another machine."""
+    sent: a forged Host cannot make the server fetch from another machine. No ``server`` (a
+    server that does not say its socket): no API URL, rather than a guessed host that would be
+    sent the caller's token."""
     root = request.scope.get("root_path", "").rstrip("/")
-    host, port = request.scope.get("server") or ("127.0.0.1", 8080)
+    server = request.scope.get("server")
+    if not server or not server[0] or server[1] is None:
+        return root + "/", None
+    host, port = server
     host = f"[{host}]" if ":" in host else host
     return root + "/", f"{request.url.scheme}://{host}:{port}{root.removesuffix(PREFIX)}/api/v2"
 
@@ -43,6 +48,10 @@ async def _page(request: Request, heading: str, dag_id: str | None, run_id: str 
     token = credential(dict(request.headers), dict(request.cookies))
     if token is None:
         return HTMLResponse(page.render([], heading, links, "Not signed in to Airflow: sign in, then reload."), 401)
+    if api_url is None:
+        return HTMLResponse(page.render([], heading, links, "This server does not say which address it listens "
+                                        "on (no ASGI scope['server']): the page reads nothing rather than send "
+                                        "your token to a guessed host."), 503)
     try:
         async with httpx.AsyncClient(timeout=30) as client:
             runs = await fetch(AirflowApi(api_url, token, client), dag_id, run_id, nights,

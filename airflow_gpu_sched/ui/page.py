@@ -35,13 +35,25 @@ def nights_of(runs: list[RunRecord]) -> list[Night]:
         for t in run.tasks:
             name = task_name(t.task_id, t.map_index)
             if t.result is not None:
-                tasks.append(task_from_result(name, t.result))
+                tasks.append(_task_or_note(name, t.result))
             else:
                 why = "no result yet" if t.state in (None, "queued", "scheduled", "running", "deferred",
                                                      "up_for_retry", "restarting") else "no result (see the task log)"
                 tasks.append(Task(name, (), note=f"{t.state or 'not started'}: {why}"))
         out.append(Night(f"{run.dag_id}  {run.run_id}  ({run.state or '?'})", tuple(tasks)))
     return out
+
+
+def _task_or_note(name: str, result: dict) -> Task:
+    """A task from its XCom result, or a row saying the result cannot be read: XCom is written by
+    whatever ran the task, and one malformed value must not take the whole page down."""
+    try:
+        task = task_from_result(name, result)
+        probe = [Night("", (task,))]
+        waiting_rows(probe), svg(probe)  # what the page computes of it: fails here, not mid-page
+        return task
+    except Exception as exc:  # noqa: BLE001 - any shape of bad data; the row names the error type
+        return Task(name, (), note=f"unreadable result ({type(exc).__name__}): see the task's XCom return_value")
 
 
 def waiting_rows(nights: list[Night]) -> list[tuple[str, str, str, str, float, float, int, int, str]]:

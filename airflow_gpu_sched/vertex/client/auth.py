@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import threading
 import weakref
@@ -28,6 +29,16 @@ if TYPE_CHECKING:
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _OLD_PREFIX = "extra__google_cloud_platform__"
+# Every extra this module reads (the Google provider's names), and the provider's fields that are
+# not about credentials. Any other extra whose name looks like a credential is refused: a setting
+# the hook does not understand must never leave the job running as the worker's own identity (ADC).
+UNDERSTOOD_EXTRAS = frozenset({
+    "project", "api_endpoint", "key_path", "keyfile_dict", "scope", "scopes", "key_secret_name",
+    "key_secret_project_id", "credential_config_file", "impersonation_chain", "is_anonymous",
+    "idp_issuer_url", "client_id", "client_secret", "idp_extra_params", "idp_extra_parameters",
+    "quota_project_id", "num_retries"})
+_CREDENTIAL_LIKE = re.compile(r"key|secret|token|credential|client|idp|passw|auth|delegat|subject|account|cert|"
+                              r"impersonat|quota|principal", re.I)
 
 Loader = Callable[[], "tuple[Credentials | None, list[str]]"]
 
@@ -46,6 +57,12 @@ class ConnectionSettings:
     credential_config_file: str | Mapping[str, Any] | None = field(default=None, repr=False, hash=False)
     impersonation_chain: tuple[str, ...] | None = None
     is_anonymous: bool = False
+    # the Google provider's "Client Credentials Grant Flow" (with a credential_config_file)
+    idp_issuer_url: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False, hash=False)
+    idp_extra_params: Mapping[str, str] | None = field(default=None, repr=False, hash=False)
+    quota_project_id: str | None = None
 
     @classmethod
     def from_extras(cls, extras: Mapping[str, Any]) -> ConnectionSettings:
@@ -55,7 +72,12 @@ class ConnectionSettings:
         ``impersonation_chain`` (one account, comma-separated, or a list), ``scope``/``scopes``
         (comma-separated or list), ``api_endpoint``; each also under the old
         ``extra__google_cloud_platform__`` prefix. Like the Google provider, at most one of
-        key_path, keyfile_dict, key_secret_name, credential_config_file, is_anonymous."""
+        key_path, keyfile_dict, key_secret_name, credential_config_file, is_anonymous.
+        ``idp_issuer_url``, ``client_id``, ``client_secret`` (+ ``idp_extra_params``) are the
+        provider's client-credentials grant (with ``credential_config_file``); ``quota_project_id``
+        bills the calls' quota there. An extra that looks like a credential and is none of these
+        is an error (:data:`UNDERSTOOD_EXTRAS`), never a silent fall-back to ADC."""
+        _refuse_unknown_credential_extras(extras)
 
         def get(key: str) -> Any:
             for name in (key, _OLD_PREFIX + key):
@@ -78,6 +100,15 @@ class ConnectionSettings:
         scopes = get("scopes") or get("scope")
         if isinstance(scopes, str):
             scopes = [s.strip() for s in scopes.split(",") if s.strip()]
+        extra_params = get("idp_extra_params") or get("idp_extra_parameters")
+        if isinstance(extra_params, str):
+            try:
+                extra_params = json.loads(extra_params)
+            except ValueError as exc:
+                raise ValueError(f"idp_extra_params is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+        if extra_params is not None and not (isinstance(extra_params, Mapping) and
+                                             all(isinstance(v, str) for v in extra_params.values())):
+            raise ValueError("idp_extra_params must be a JSON object of strings (extra form fields of the IdP request)")
         anonymous = get("is_anonymous")
         if isinstance(anonymous, str):
             anonymous = anonymous.strip().lower() in ("true", "1", "yes", "on")
@@ -92,6 +123,11 @@ class ConnectionSettings:
             credential_config_file=get("credential_config_file"),
             impersonation_chain=sources.parse_chain(get("impersonation_chain")),
             is_anonymous=bool(anonymous),
+            idp_issuer_url=get("idp_issuer_url"),
+            client_id=get("client_id"),
+            client_secret=get("client_secret"),
+            idp_extra_params=dict(extra_params) if extra_params else None,
+            quota_project_id=get("quota_project_id"),
         )
         settings.check_sources()
         return settings
@@ -103,6 +139,17 @@ class ConnectionSettings:
         if len(given) > 1:
             raise ValueError(f"connection: {', '.join(given)} are mutually exclusive (key_path, keyfile_dict, "
                              "credential_config_file, key_secret_name and is_anonymous: give at most one)")
+        grant = {"idp_issuer_url": self.idp_issuer_url, "client_id": self.client_id,
+                 "client_secret": self.client_secret}
+        if any(grant.values()) or self.idp_extra_params:
+            missing = [name for name, value in grant.items() if not value]
+            if missing or not self.credential_config_file:
+                missing += [] if self.credential_config_file else ["credential_config_file"]
+                raise ValueError(f"connection: the client credentials grant needs idp_issuer_url, client_id, "
+                                 f"client_secret and credential_config_file (a workload identity federation "
+                                 f"config, as the Google provider reads it); missing: {', '.join(missing)}")
+            if not self.idp_issuer_url.startswith("https://") and not is_loopback_http(self.idp_issuer_url):
+                raise ValueError("connection: idp_issuer_url must be an https URL (it is sent client_secret)")
 
     @classmethod
     def from_airflow(cls, conn_id: str = "google_cloud_default") -> ConnectionSettings:
@@ -157,6 +204,11 @@ class ConnectionSettings:
         credentials, secrets = self._source_credentials()
         if self.impersonation_chain and not self.is_anonymous:
             credentials = sources.impersonate(credentials, self.impersonation_chain, self.scopes, self.api_endpoint)
+        if self.quota_project_id and not self.is_anonymous:
+            if not hasattr(credentials, "with_quota_project"):
+                raise ValueError(f"connection: quota_project_id is set but {type(credentials).__name__} credentials "
+                                 "cannot carry a quota project")
+            credentials = credentials.with_quota_project(self.quota_project_id)
         return credentials, secrets
 
     def _source_credentials(self) -> tuple[Credentials, list[str]]:
@@ -184,12 +236,25 @@ class ConnectionSettings:
             return credentials, _private_keys_of(info)
         if self.credential_config_file:
             info = sources.credential_config(self.credential_config_file)
-            return sources.load_config(info, scopes), _private_keys_of(info)
+            supplier = sources.client_credentials_supplier(
+                self.idp_issuer_url, self.client_id or "", self.client_secret or "", self.idp_extra_params
+            ) if self.idp_issuer_url else None
+            return sources.load_config(info, scopes, supplier), _private_keys_of(info) + self._private_keys()
         credentials, _ = google.auth.default(scopes=scopes)
         return credentials, []
 
     def _private_keys(self) -> list[str]:
-        return _private_keys_of(self.keyfile_dict or {})
+        return _private_keys_of(self.keyfile_dict or {}) + ([self.client_secret] if self.client_secret else [])
+
+
+def _refuse_unknown_credential_extras(extras: Mapping[str, Any]) -> None:
+    unknown = sorted(name for name, value in extras.items() if value not in (None, "")
+                     and (name[len(_OLD_PREFIX):] if name.startswith(_OLD_PREFIX) else name) not in UNDERSTOOD_EXTRAS
+                     and _CREDENTIAL_LIKE.search(name))
+    if unknown:
+        raise ValueError(f"connection: extra field(s) {', '.join(unknown)} look like credentials this hook does not "
+                         f"understand; refusing rather than running as Application Default Credentials (it reads: "
+                         f"{', '.join(sorted(UNDERSTOOD_EXTRAS))})")
 
 
 def _private_keys_of(info: Mapping[str, Any]) -> list[str]:

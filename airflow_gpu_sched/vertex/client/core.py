@@ -20,6 +20,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Mapping, Protocol, TypeVar
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
+from airflow_gpu_sched.vertex import resource_names
 from airflow_gpu_sched.vertex.client.errors import (
     AlreadyExistsError,
     AmbiguousCreateError,
@@ -71,7 +72,6 @@ T = TypeVar("T")
 DEFAULT_API_ROOT = "https://{location}-aiplatform.googleapis.com/v1/"
 _GLOBAL_API_ROOT = "https://aiplatform.googleapis.com/v1/"
 CLOUD_QUOTAS_ROOT = "https://cloudquotas.googleapis.com/v1/"
-_NAME = re.compile(r"^projects/([^/]+)/locations/([^/]+)(?:/|$)")
 
 
 def normalize_endpoint(api_endpoint: str) -> str:
@@ -173,11 +173,9 @@ def check_token_transport(api_endpoint: str | None) -> None:
 
 
 def location_of(name: str) -> str:
-    """``projects/p/locations/us-east4/customJobs/1`` -> ``us-east4``."""
-    match = _NAME.match(name or "")
-    if not match:
-        raise ValueError(f"{name!r} is not a resource name like 'projects/P/locations/L/...'")
-    return match.group(2)
+    """``projects/p/locations/us-east4/customJobs/1`` -> ``us-east4``; the whole name checked
+    against the one strict pattern (:mod:`airflow_gpu_sched.vertex.resource_names`)."""
+    return resource_names.location(name)
 
 
 # --------------------------------------------------------------------------- calls
@@ -227,6 +225,7 @@ class VertexApi:
         elif call.service == "logging":
             root = logging_root(self.api_endpoint)
         else:
+            resource_names.check_path(call.path, "request path")  # names from answers, ledger, XCom
             root = api_root(call.location, self.api_endpoint)
         path = quote(call.path.lstrip("/"), safe="/:@-._~")
         params = {k: v for k, v in call.params.items() if v is not None}

@@ -140,7 +140,7 @@ def credential_config(value: str | Mapping[str, Any]) -> dict[str, Any]:
     return info
 
 
-def load_config(info: Mapping[str, Any], scopes: Sequence[str]) -> Credentials:
+def load_config(info: Mapping[str, Any], scopes: Sequence[str], subject_token_supplier: Any = None) -> Credentials:
     """Credentials of a credential configuration. An ``external_account`` (workload identity
     federation: the subject token is exchanged at the config's ``token_url``) is built from its
     type's class directly: ``google.auth.load_credentials_from_file`` would also ask Cloud
@@ -150,6 +150,16 @@ def load_config(info: Mapping[str, Any], scopes: Sequence[str]) -> Credentials:
 
     info = dict(info)
     scopes = list(scopes)
+    if subject_token_supplier is not None:  # the client-credentials grant: an identity pool config
+        if info.get("type") != "external_account" or info.get("credential_source") is not None:
+            raise ValueError("idp_issuer_url needs a credential_config_file of type external_account without a "
+                             "credential_source (the IdP's token is the subject token)")
+        from google.auth import identity_pool
+
+        try:
+            return identity_pool.Credentials.from_info(info, scopes=scopes, subject_token_supplier=subject_token_supplier)
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"credential_config_file is not a valid external account configuration: {exc}") from None
     if info.get("type") == "external_account":
         source = info.get("credential_source") or {}
         if info.get("subject_token_type") == "urn:ietf:params:aws:token-type:aws4_request":
@@ -164,3 +174,53 @@ def load_config(info: Mapping[str, Any], scopes: Sequence[str]) -> Credentials:
             raise ValueError(f"credential_config_file is not a valid external account configuration: {exc}") from None
     credentials, _ = google.auth.load_credentials_from_dict(info, scopes=scopes)
     return credentials
+
+
+# --------------------------------------------------------------------------- client-credentials grant
+
+
+def client_credentials_supplier(issuer_url: str, client_id: str, client_secret: str,
+                                extra_params: Mapping[str, str] | None = None) -> Any:
+    """The Google provider's "Client Credentials Grant Flow" (``idp_issuer_url``, ``client_id``,
+    ``client_secret``): a google-auth ``SubjectTokenSupplier`` that POSTs the OAuth 2.0
+    client-credentials grant to the IdP and hands its ``access_token`` to the workload identity
+    federation config as the subject token (cached until ``expires_in`` runs out)."""
+    import time
+    from urllib.parse import urlencode
+
+    from google.auth import exceptions
+    from google.auth.identity_pool import SubjectTokenSupplier
+
+    class _ClientCredentials(SubjectTokenSupplier):
+        def __init__(self) -> None:
+            self._token: str | None = None
+            self._expires = 0.0
+
+        def __repr__(self) -> str:  # never the secret
+            return f"ClientCredentialsGrant(issuer={issuer_url!r})"
+
+        def get_subject_token(self, context: Any, request: Any) -> str:
+            if self._token is not None and time.monotonic() < self._expires:
+                return self._token
+            body = urlencode({"grant_type": "client_credentials", "client_id": client_id,
+                              "client_secret": client_secret, **dict(extra_params or {})})
+            try:
+                response = request(url=issuer_url, method="POST", body=body,
+                                   headers={"Content-Type": "application/x-www-form-urlencoded"})
+            except exceptions.TransportError as exc:
+                raise exceptions.RefreshError(f"idp_issuer_url {issuer_url} unreachable: {type(exc).__name__}") from None
+            if response.status != 200:  # the IdP's answer may echo the request: never quote it
+                raise exceptions.RefreshError(f"idp_issuer_url {issuer_url} refused the client credentials grant "
+                                              f"of client_id {client_id!r} (HTTP {response.status})")
+            try:
+                answer = json.loads(response.data)
+                token, expires_in = answer["access_token"], float(answer.get("expires_in", 0))
+            except (ValueError, KeyError, TypeError):
+                raise exceptions.RefreshError(f"idp_issuer_url {issuer_url} answered without an access_token "
+                                              f"and a numeric expires_in") from None
+            if not isinstance(token, str) or not token:
+                raise exceptions.RefreshError(f"idp_issuer_url {issuer_url} answered an empty access_token")
+            self._token, self._expires = token, time.monotonic() + max(0.0, expires_in - 30)
+            return token
+
+    return _ClientCredentials()
