@@ -18,7 +18,7 @@
   the collection (so a selective filter gives empty pages), until the end, where the token is
   left out ("the only way to communicate end-of-collection").
 
-May import: emulator.api_errors; never airflow.
+May import: emulator; never airflow.
 """
 
 from __future__ import annotations
