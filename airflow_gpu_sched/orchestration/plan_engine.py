@@ -127,6 +127,8 @@ class JobEnded:
     max_wait: timedelta | None = None  # the job's own maxWaitDuration
     try_number: int | None = None  # the try this event arrived in
     log_tail: str | None = None  # a FAILED job's failing replica's last log lines (orchestration.log_lines)
+    timed_out: bool = False  # ended by its scheduling.timeout (FAILED, or CANCELLED by the service)
+    cancelled_waiting: bool = False  # CANCELLED by the service before it was seen RUNNING (a capacity outcome)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -612,6 +614,8 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
                     effects=effects)
     # a job an earlier try submitted (this try re-attached to it, or found it finished)
     reattached = earlier_try or state.job_try != event.try_number
+    if kind is Event.CAPACITY_TIMEOUT and event.cancelled_waiting and reattached:
+        kind = Event.CANCELLED  # an earlier try's on_kill may have cancelled it: not a capacity outcome
     index = state.position
     step, location = _current(plan, state)  # a race's winner: its member
     bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.running_bound)  # our cancel, past the bound
@@ -634,6 +638,12 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
             return _start(plan, index, event.now, (*effects, note))
         return Fail(failure=Failure("TrainingJobCancelled", "the job was cancelled outside this task", name, said),
                     effects=effects)
+    if kind is Event.FAILED and event.timed_out and not earlier_try:
+        # the service ended it at scheduling.timeout (FAILED, or CANCELLED: timeoutOutcome)
+        return Fail(failure=Failure("TrainingJobTimedOut", "the training job ran out its scheduling.timeout "
+                                    "(counted from its first RUNNING) and the service ended it: not a capacity "
+                                    "problem, not resubmitted", name, said or event.message,
+                                    log_tail=event.log_tail), effects=effects)
     if kind is Event.FAILED:  # the user's code (or a timeout): never resubmitted by the plan, never falls back
         if earlier_try and (cleared or plan.retry_on_user_code_failure):
             # An earlier try's job failed and no one saw it (its worker died): this try is the
