@@ -108,9 +108,12 @@ VARIANTS = {
     "flex-expiry-expired": {"flexStartExpiry": "expired"},
     "flex-waits-pending": {"flexStartWaitingState": "JOB_STATE_PENDING"},
     "reservation-full-fails": {"reservationFull": "failed"},
+    "flex-expiry-cancelled": {"flexStartExpiry": "cancelled"},
+    "timeout-cancelled": {"timeoutOutcome": "cancelled"},
+    "start-time-first-running": {"startTime": "first_running"},  # the old behaviour stays covered
     "all-alternatives": {"spotRestarts": "invisible", "errorDetails": "message_only",
-                         "flexStartExpiry": "expired", "flexStartWaitingState": "JOB_STATE_PENDING",
-                         "reservationFull": "failed"},
+                         "flexStartExpiry": "cancelled", "flexStartWaitingState": "JOB_STATE_PENDING",
+                         "reservationFull": "failed", "timeoutOutcome": "cancelled"},
 }
 
 

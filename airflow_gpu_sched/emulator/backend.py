@@ -22,13 +22,15 @@ Job life cycle (the emulator's choices where Google documents none are marked *)
     user code exit != 0 (EMULATOR_EXIT_CODE) -> FAILED, error code 3 INVALID_ARGUMENT,
         "The replica workerpool0-0 exited with a non-zero status of N"
     running past scheduling.timeout -> FAILED, error code 4, reason JOB_TIMEOUT*
+    startTime: createTime + 0.14 s at admission, on every read after the create (recorded)
 A preempted job keeps its progress (it resumes from its checkpoints).
 
 Assumed behaviours come in variants (``Scenario.variants``, see docs/fidelity.md): SPOT restarts
 visible (above) or invisible (the job stays RUNNING through them, each restart costing
 ``provisioning_seconds`` of no progress); errors with an ErrorInfo reason or message only;
 FLEX_START expiry as FAILED (above) or JOB_STATE_EXPIRED (no error, no endTime: the proto
-fills those for FAILED/CANCELLED only); FLEX_START waiting in QUEUED or PENDING.
+fills those for FAILED/CANCELLED only) or CANCELLED; a timeout as FAILED or CANCELLED;
+FLEX_START waiting in QUEUED or PENDING; startTime at admission or at the first RUNNING.
 
 May import: vertex, emulator; never airflow.
 """
@@ -337,6 +339,9 @@ class Backend(JobTypesMixin):
             if self.scenario.variants.flex_start_expiry == "expired":
                 self._end(record, S.JOB_STATE_EXPIRED, when)
                 return
+            if self.scenario.variants.flex_start_expiry == "cancelled":
+                self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+                return
             wait = record.job.job_spec.scheduling.max_wait_duration  # type: ignore[union-attr]
             self._fail(record, when, _error_status(
                 "DEADLINE_EXCEEDED",
@@ -344,6 +349,9 @@ class Backend(JobTypesMixin):
                 f"scheduling.maxWaitDuration ({format_duration(wait)}): the FLEX_START capacity "
                 "wait expired.", "FLEX_START_WAIT_EXPIRED"))
         elif kind == "timeout":
+            if self.scenario.variants.timeout_outcome == "cancelled":
+                self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+                return
             timeout = record.job.job_spec.scheduling.timeout  # type: ignore[union-attr]
             self._fail(record, when, _error_status(
                 "DEADLINE_EXCEEDED",
