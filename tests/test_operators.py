@@ -224,12 +224,19 @@ class _Ti:
         pass
 
 
-def _cancel_first_job_soon(op, delay: float = 0.3):
-    """What the earlier try's trigger (on_kill) does, from another thread, a moment later."""
+def _cancel_first_job_soon(op, delay: float = 0.3, running_for: float | None = None):
+    """What the earlier try's trigger (on_kill) does, from another thread, a moment later
+    (``running_for``: that long after the job is RUNNING)."""
     import threading
 
     def cancel():
         time.sleep(delay)
+        while running_for is not None:
+            jobs = list(op.client().list_custom_jobs())
+            if jobs and jobs[0].state.value == "JOB_STATE_RUNNING":
+                time.sleep(running_for)
+                break
+            time.sleep(0.01)
         job = next(iter(op.client().list_custom_jobs()))
         op.client().cancel_custom_job(job.name)
 
@@ -254,7 +261,7 @@ def test_a_cancel_by_the_cleared_earlier_try_landing_after_this_try_re_attached_
 
 def test_a_job_cancelled_outside_airflow_while_its_own_try_waits_fails_the_task(fast_emulator):
     op = flex(env={"EMULATOR_RUN_SECONDS": "300"})
-    canceller = _cancel_first_job_soon(op)
+    canceller = _cancel_first_job_soon(op, running_for=1.0)  # seen RUNNING first: a cancel while queued is capacity's
     with pytest.raises(TrainingJobCancelled, match="cancelled outside this task"):
         op.execute({"task_state_store": Store(), "ti": _Ti(1)})
     canceller.join()

@@ -217,7 +217,8 @@ PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, ReservationRead, Created,
 
 # ---------------------------------------------------------------------------------------- outputs
 
-FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobCancelled", "CapacityWaitExpired",
+FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobTimedOut", "TrainingJobCancelled",
+                      "CapacityWaitExpired",
                       "PreemptionBudgetExhausted",
                       "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
                       "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
@@ -226,7 +227,8 @@ FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "Training
 # The failures an Airflow retry cannot change: their errors are AirflowFailExceptions (errors.py;
 # tests/test_retries.py checks the two agree), and a try that starts after one anyway (the
 # earlier try's process died before Airflow saw its failure) fails again instead of training.
-NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobCancelled", "DeadlineExceeded",
+NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobTimedOut", "TrainingJobCancelled",
+                                      "DeadlineExceeded",
                                       "InvalidTrainingSpec"})
 # The capacity outcomes that end a plan when no step is left: a retry (retry_delay later, when
 # capacity or quota may have come back) runs the plan again from its first step, the preferred one.

@@ -73,6 +73,12 @@ def seen_running(times: dict[str, Any] | None) -> bool:
     return bool(times) and RUNNING in times["seen"]
 
 
+def seen_waiting(times: dict[str, Any] | None) -> bool:
+    """A poll saw the job wait (QUEUED/PENDING): only then can "never seen RUNNING" mean anything
+    (a watch that first saw the job ended knows nothing of how it got there)."""
+    return bool(times) and any(state in WAITING for state in times["seen"])
+
+
 def has_run(job: CustomJob, times: dict[str, Any] | None) -> bool:
     """Got capacity: RUNNING now or seen before, or ended SUCCEEDED (a job that succeeded ran,
     seen or not). Never ``startTime``: real Vertex sets it at admission."""
