@@ -728,9 +728,10 @@ def _quota_failure(plan: Plan, how: str, message: str | None, location: str) -> 
 #
 # A race step (plans.RaceStep) submits all its members at once, each under its own submission
 # key (kept in the ledger's ``race`` block before its create, the job's name after it), waits
-# for all of them with one trigger, keeps the first to reach RUNNING and cancels the others at
-# once. The tie rule, when several members are seen RUNNING in one poll: the earliest
-# ``startTime``, then the member order (the trigger applies it: triggers/race.py). From its win
+# for all of them with one trigger, keeps the first *seen* RUNNING (never by ``startTime``: real
+# Vertex sets it at admission, so every member has one while all still wait) and cancels the
+# others at once. The tie rule, when several members are seen RUNNING in one poll: the member
+# order (the trigger applies it: triggers/race.py). From its win
 # on the winner is the position's job, under its member's rules (a SPOT winner's preemptions,
 # the FLEX_START wording). When every member ends on a capacity outcome, the plan moves on;
 # a member that fails for its code fails the task (the others are cancelled), as a single job.
