@@ -10,8 +10,8 @@ poll saw, and its time is bounded by the polls:
   emulator's fast clock too); the change happened at or before it, and exactly at it when the
   change was the job's latest update; ``after`` is the ``updateTime`` the previous poll saw (the
   change came after that poll, so after it): the change lies in ``(after, at]``;
-- a job that ended SUCCEEDED (or FAILED by its code) with no RUNNING seen still ran: its start
-  lies between the last waiting observation and ``endTime``;
+- a job that ended SUCCEEDED (or FAILED by its code, its timeout or a preemption) with no
+  RUNNING seen still ran: its start lies between the last waiting observation and ``endTime``;
 - Vertex's own log entries (``ml.googleapis.com/job_state``), when read, make a time exact.
 
 The record is JSON-safe (the trigger event carries it under ``observed``; the ledger's attempt
@@ -129,7 +129,7 @@ def running_span(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any]
         return {"running_since": entry["at"], "earliest": _iso(after), "exact": exact,
                 "bound_seconds": 0.0 if exact else round((at - after).total_seconds(), 3),
                 "source": "log" if exact else "poll"}
-    if job.state is JobState.JOB_STATE_SUCCEEDED or (job.state is JobState.JOB_STATE_FAILED and _user_exit(job)):
+    if job.state is JobState.JOB_STATE_SUCCEEDED or (job.state is JobState.JOB_STATE_FAILED and _ran_to_fail(job)):
         end = job.end_time or job.update_time
         if end is None:
             return None
@@ -143,9 +143,16 @@ def running_span(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any]
     return None
 
 
-def _user_exit(job: CustomJob) -> bool:
-    message = (job.error.message if job.error else "") or ""
-    return "exited with a non-zero status" in message
+def _ran_to_fail(job: CustomJob) -> bool:
+    """FAILED in a way only a running job can: preempted (a SPOT stockout), or its code or its
+    timeout (any failure that is not a capacity outcome)."""
+    from airflow_gpu_sched.orchestration.outcomes import Event, classify_failure
+
+    kind = classify_failure(job.error)
+    if kind is Event.PREEMPTED:  # a stockout in the queue ("Resources are insufficient") never ran
+        message = ((job.error.message if job.error else "") or "").lower()
+        return ("preempt" in message or "reclaimed" in message) and "insufficient" not in message
+    return kind is Event.FAILED
 
 
 def times_summary(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any]:

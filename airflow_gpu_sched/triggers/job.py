@@ -84,6 +84,7 @@ class CustomJobTrigger(BaseTrigger):
         self._cancel_note = ""
         self.job_type = job_type_of(job_name)
         self.observed = observed  # the states an earlier watch saw (a race's): go on from them
+        self._logged_states: dict[str, Any] = {}  # state -> first time Vertex's log entries gave
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -109,7 +110,23 @@ class CustomJobTrigger(BaseTrigger):
             await news.aclose()  # leave the shared poller now, not when the generator is collected
         if logs is not None:
             await logs.finish()  # the job's last lines (its exit, a traceback) before the event
+            if isinstance(event.get("observed"), dict):
+                from airflow_gpu_sched.orchestration import state_times
+
+                for state, when in self._logged_states.items():  # exact times from Vertex's log entries
+                    state_times.refine(event["observed"], state, when)
         yield TriggerEvent(event)
+
+    def note_logged_state(self, state: str, timestamp: str) -> None:
+        """A Vertex log entry said the job entered ``state`` at ``timestamp``: keep the first."""
+        from airflow_gpu_sched.orchestration import state_times
+
+        try:
+            when = state_times.parse_timestamp(timestamp)
+        except ValueError:
+            return
+        if state not in self._logged_states or when < self._logged_states[state]:
+            self._logged_states[state] = when
 
     def _log_stream(self) -> Any:
         from airflow_gpu_sched.triggers.log_tail import JobLogStream
