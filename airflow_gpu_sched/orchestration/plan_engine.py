@@ -640,7 +640,7 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
             return _start(plan, index, event.now, (*effects, note))
         return Fail(failure=Failure("TrainingJobCancelled", "the job was cancelled outside this task", name, said),
                     effects=effects)
-    if kind is Event.FAILED and event.timed_out and not earlier_try:
+    if kind is Event.FAILED and event.timed_out and not earlier_try and not plan.retry_on_user_code_failure:
         # the service ended it at scheduling.timeout (FAILED, or CANCELLED: timeoutOutcome)
         return Fail(failure=Failure("TrainingJobTimedOut", "the training job ran out its scheduling.timeout "
                                     "(counted from its first RUNNING) and the service ended it: not a capacity "
