@@ -160,3 +160,16 @@ def test_a_running_job_has_no_event():
 def test_validate_event_rejects_what_the_operator_cannot_use(event, words):
     with pytest.raises(ValueError, match=words):
         validate_event(event, JOB_EVENTS)
+
+
+def test_a_flex_start_job_first_seen_cancelled_at_its_max_wait_is_a_capacity_outcome():
+    """The watch came late (a triggerer restart, a slow start) and saw only the end: the end at
+    maxWaitDuration after the create still tells the service ended the wait."""
+    job = CustomJob.model_validate({
+        "name": "projects/p/locations/l/customJobs/1", "state": "JOB_STATE_CANCELLED",
+        "createTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:10:00Z",
+        "error": {"code": 1, "message": "CANCELED"},
+        "jobSpec": {"workerPoolSpecs": [], "scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "600s"}}})
+    assert event_for_job(job, times=_times("JOB_STATE_CANCELLED"))["status"] == Event.CAPACITY_TIMEOUT.value
+    early = job.model_copy(update={"end_time": job.end_time - timedelta(minutes=5)})
+    assert event_for_job(early, times=_times("JOB_STATE_CANCELLED"))["status"] == Event.CANCELLED.value

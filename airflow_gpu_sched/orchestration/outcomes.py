@@ -72,7 +72,8 @@ def event_kind(job: CustomJob, times: dict[str, Any] | None = None, ours: bool =
         if times is not None and not ours:
             if state_times.ended_at_timeout(job, times):
                 return Event.FAILED  # the service ended it at scheduling.timeout: a timeout failure
-            if state_times.seen_waiting(times) and not state_times.seen_running(times):
+            if not state_times.seen_running(times) and (state_times.seen_waiting(times)
+                                                        or state_times.ended_at_max_wait(job)):
                 # Google ended the wait by cancelling (legacy maxWaitTime: "cancels it"): capacity
                 return Event.CAPACITY_TIMEOUT
         return Event.CANCELLED

@@ -108,6 +108,17 @@ def ended_at_timeout(job: CustomJob, times: dict[str, Any] | None) -> bool:
     return job.end_time - earliest >= timeout - TIMEOUT_SLACK
 
 
+def ended_at_max_wait(job: CustomJob) -> bool:
+    """A FLEX_START job that ended when its ``maxWaitDuration`` (counted from its create) ran out:
+    the service ending the wait, whatever the polls saw of it."""
+    scheduling = job.job_spec.scheduling if job.job_spec else None
+    wait = scheduling.max_wait_duration if scheduling else None
+    strategy = getattr(scheduling.strategy, "value", scheduling.strategy) if scheduling else None
+    if strategy != "FLEX_START" or not wait or job.end_time is None or job.create_time is None:
+        return False
+    return job.end_time - job.create_time >= wait - TIMEOUT_SLACK
+
+
 def running_span(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any] | None:
     """When the job began RUNNING, as well as the observations tell; None: it never ran (as far
     as anyone saw). ``running_since``: the figure used (the end of the poll's bound, or the start
