@@ -59,7 +59,7 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
     # A job that never ran and has no endTime (EXPIRED: the proto sets endTime only for
     # SUCCEEDED/FAILED/CANCELLED) waited until its last update.
     ended = job.end_time or (job.update_time if job.state and job.state.is_terminal() else None)
-    times = state_times.times_summary(job, observed)
+    times = state_times.times_summary(job, observed, outcome)
     running = state_times.parse_timestamp(times["running_since"]) if times["running_since"] else None
     queued_until = running or ended
     run = _seconds(running, job.end_time)

@@ -17,7 +17,7 @@ poll saw, and its time is bounded by the polls:
 The record is JSON-safe (the trigger event carries it under ``observed``; the ledger's attempt
 keeps what :func:`running_span` makes of it). Pure functions: the triggers do the polling.
 
-May import: vertex; nothing of airflow.
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def ended_at_max_wait(job: CustomJob) -> bool:
     return job.end_time - job.create_time >= wait - TIMEOUT_SLACK
 
 
-def running_span(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any] | None:
+def running_span(job: CustomJob, times: dict[str, Any] | None, outcome: str | None = None) -> dict[str, Any] | None:
     """When the job began RUNNING, as well as the observations tell; None: it never ran (as far
     as anyone saw). ``running_since``: the figure used (the end of the poll's bound, or the start
     of the bound for a job whose RUNNING no poll saw); ``earliest``: the bound's start;
@@ -140,7 +140,8 @@ def running_span(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any]
         return {"running_since": entry["at"], "earliest": _iso(after), "exact": exact,
                 "bound_seconds": 0.0 if exact else round((at - after).total_seconds(), 3),
                 "source": "log" if exact else "poll"}
-    if job.state is JobState.JOB_STATE_SUCCEEDED or (job.state is JobState.JOB_STATE_FAILED and _ran_to_fail(job)):
+    if job.state is JobState.JOB_STATE_SUCCEEDED or (job.state is JobState.JOB_STATE_FAILED
+                                                     and _ran_to_fail(job, outcome)):
         end = job.end_time or job.update_time
         if end is None:
             return None
@@ -154,22 +155,22 @@ def running_span(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any]
     return None
 
 
-def _ran_to_fail(job: CustomJob) -> bool:
-    """FAILED in a way only a running job can: preempted (a SPOT stockout), or its code or its
-    timeout (any failure that is not a capacity outcome)."""
-    from airflow_gpu_sched.orchestration.outcomes import Event, classify_failure
-
-    kind = classify_failure(job.error)
-    if kind is Event.PREEMPTED:  # a stockout in the queue ("Resources are insufficient") never ran
+def _ran_to_fail(job: CustomJob, outcome: str | None) -> bool:
+    """FAILED in a way only a running job can, by its ``outcome`` (outcomes.Event's value):
+    its code or its timeout (``failed``), or preempted past the service's restarts (a SPOT
+    stockout; not one in the queue, "Resources are insufficient", which never ran)."""
+    if outcome == "failed":
+        return True
+    if outcome == "preempted":
         message = ((job.error.message if job.error else "") or "").lower()
         return ("preempt" in message or "reclaimed" in message) and "insufficient" not in message
-    return kind is Event.FAILED
+    return False
 
 
-def times_summary(job: CustomJob, times: dict[str, Any] | None) -> dict[str, Any]:
+def times_summary(job: CustomJob, times: dict[str, Any] | None, outcome: str | None = None) -> dict[str, Any]:
     """The attempt's ``times`` (XCom): ``running_since`` (None: never ran), ``exact``,
     ``bound_seconds`` (0 when exact), ``source``."""
-    span = running_span(job, times)
+    span = running_span(job, times, outcome)
     if span is None:
         return {"running_since": None, "exact": True, "bound_seconds": 0.0, "source": "never_ran"}
     return {k: span[k] for k in ("running_since", "exact", "bound_seconds", "source")}

@@ -5,7 +5,7 @@ previous state), counts the service's SPOT restarts it can see (RUNNING -> QUEUE
 and keeps the transient-error window: API errors are tolerated until ``window`` seconds have
 passed since the last successful poll.
 
-May import: vertex; airflow.
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
