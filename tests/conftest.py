@@ -93,10 +93,13 @@ VARIANTS = {
     "cancel-ends-succeeded": {"cancelOutcome": "succeeded"},
     "cancel-ends-failed": {"cancelOutcome": "failed"},
     "cancel-of-ended-is-noop": {"cancelEnded": "noop"},
+    "flex-expiry-cancelled": {"flexStartExpiry": "cancelled"},
+    "timeout-cancelled": {"timeoutOutcome": "cancelled"},
+    "start-time-first-running": {"startTime": "first_running"},  # the old behaviour stays covered
     "all-alternatives": {"spotRestarts": "invisible", "errorDetails": "message_only",
-                         "flexStartExpiry": "expired", "flexStartWaitingState": "JOB_STATE_PENDING",
-                         "reservationFull": "failed", "listPages": "short", "cancelOutcome": "succeeded",
-                         "cancelEnded": "noop"},
+                         "flexStartExpiry": "cancelled", "flexStartWaitingState": "JOB_STATE_PENDING",
+                         "reservationFull": "failed", "timeoutOutcome": "cancelled", "listPages": "short",
+                         "cancelOutcome": "succeeded", "cancelEnded": "noop"},
 }
 # EMULATOR_VARIANTS='{"cancelOutcome": "succeeded"}' pytest tests/test_races.py runs a whole file with
 # these variants merged into every reset of the emulator (the variants win over the test's own).

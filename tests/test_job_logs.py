@@ -70,7 +70,12 @@ def test_entries_come_in_timestamp_order_across_pages(emulator):
     assert [e.key for e in paged] == [e.key for e in whole] == sorted(e.key for e in whole)
     assert [e.key for e in newest_first] == [e.key for e in reversed(whole)]
     assert {e.replica for e in whole} == {"workerpool0-0", "workerpool1-0", "workerpool1-1", "service"}
-    first = whole[0].to_api()
+    states = [e for e in whole if e.job_state]  # the service's own entries on each state change
+    assert [e.job_state for e in states][:1] == ["JOB_STATE_QUEUED"] and "JOB_STATE_RUNNING" in {
+        e.job_state for e in states}
+    assert states[0].log_name == f"projects/{PROJECT}/logs/ml.googleapis.com%2F{cloud_logging.job_id_of(name)}"
+    assert "Waiting for job to be provisioned." in {e.message for e in states}
+    first = next(e for e in whole if e.replica != "service").to_api()
     assert first["resource"] == {"type": "ml_job", "labels": {
         "job_id": cloud_logging.job_id_of(name), "project_id": PROJECT, "task_name": "workerpool0-0"}}
     assert {"logName", "timestamp", "receiveTimestamp", "insertId", "severity", "textPayload"} <= set(first)
@@ -272,6 +277,10 @@ def test_the_task_log_shows_the_jobs_lines_with_replica_and_severity(airflow, ca
     assert "[workerpool0-0 INFO] starting training (run 1)" in out
     assert "[workerpool0-0 INFO] checkpoint saved at step 200" in out
     assert "[service INFO] Job completed successfully." in out
+    assert "[service INFO] Waiting for job to be provisioned." in out
+    # Vertex's own entry made the first RUNNING exact (no poll's bound)
+    times = result["train"].return_value["attempts"][0]["times"]
+    assert times["exact"] is True and times["source"] == "log" and times["bound_seconds"] == 0
 
 
 def test_stream_logs_false_writes_no_job_lines(airflow, capfd):

@@ -101,6 +101,25 @@ def test_flex_start_wait_expiry_fails_typed(variant_emulator):
     assert variant_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 
 
+def test_a_job_ended_at_its_timeout_fails_as_a_timeout(variant_emulator):
+    """FAILED (timeoutOutcome: failed) or CANCELLED by the service (cancelled) at scheduling.timeout,
+    counted from the first RUNNING: a timeout, never "cancelled outside this task"."""
+    from airflow_gpu_sched.orchestration.errors import TrainingJobTimedOut
+
+    with pytest.raises(TrainingJobTimedOut, match="scheduling.timeout"):
+        spot(timeout="300s", env={"EMULATOR_RUN_SECONDS": "100000"}).execute(context())
+    assert variant_emulator.stats()["jobsCreated"] == {"SPOT": 1}
+
+
+def test_a_flex_start_job_that_never_runs_is_cancelled_at_its_capacity_wait_timeout(variant_emulator):
+    """Its startTime is set at admission (by default, as on real Vertex): the bound still cancels it."""
+    variant_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=0)
+    with pytest.raises(CapacityWaitExpired, match="not RUNNING within its bound"):
+        flex(max_wait_duration="2h", capacity_wait_timeout=0.5).execute(context())
+    stats = variant_emulator.stats()
+    assert stats["jobsCreated"] == {"FLEX_START": 1} and stats["cancels"] == 1
+
+
 def test_user_code_failure_fails_at_once_without_resubmitting(variant_emulator):
     with pytest.raises(TrainingJobFailed, match="non-zero status of 3"):
         spot(env={"EMULATOR_EXIT_CODE": "3"}).execute(context())
@@ -208,12 +227,19 @@ class _Ti:
         pass
 
 
-def _cancel_first_job_soon(op, delay: float = 0.3):
-    """What the earlier try's trigger (on_kill) does, from another thread, a moment later."""
+def _cancel_first_job_soon(op, delay: float = 0.3, running_for: float | None = None):
+    """What the earlier try's trigger (on_kill) does, from another thread, a moment later
+    (``running_for``: that long after the job is RUNNING)."""
     import threading
 
     def cancel():
         time.sleep(delay)
+        while running_for is not None:
+            jobs = list(op.client().list_custom_jobs())
+            if jobs and jobs[0].state.value == "JOB_STATE_RUNNING":
+                time.sleep(running_for)
+                break
+            time.sleep(0.01)
         job = next(iter(op.client().list_custom_jobs()))
         op.client().cancel_custom_job(job.name)
 
@@ -238,7 +264,7 @@ def test_a_cancel_by_the_cleared_earlier_try_landing_after_this_try_re_attached_
 
 def test_a_job_cancelled_outside_airflow_while_its_own_try_waits_fails_the_task(fast_emulator):
     op = flex(env={"EMULATOR_RUN_SECONDS": "300"})
-    canceller = _cancel_first_job_soon(op)
+    canceller = _cancel_first_job_soon(op, running_for=1.0)  # seen RUNNING first: a cancel while queued is capacity's
     with pytest.raises(TrainingJobCancelled, match="cancelled outside this task"):
         op.execute({"task_state_store": Store(), "ti": _Ti(1)})
     canceller.join()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from datetime import timedelta
+
 import pytest
 
 from airflow_gpu_sched.orchestration import failure_patterns
@@ -56,10 +58,52 @@ def test_terminal_states_map_to_events(state, expected):
     assert event_for_job(job)["status"] == expected.value
 
 
-def test_an_expired_job_that_ran_is_not_a_capacity_outcome():
+def _times(*states):
+    from airflow_gpu_sched.orchestration import state_times
+
+    times = state_times.new()
+    for n, state in enumerate(states):
+        job = CustomJob(name="projects/p/locations/l/customJobs/1", state=state,
+                        updateTime=f"2026-01-01T00:0{n}:00Z")
+        state_times.note(times, job, 1000.0 + n)
+    return times
+
+
+def test_an_expired_job_seen_running_is_not_a_capacity_outcome():
     job = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_EXPIRED",
                     startTime="2026-01-01T00:00:00Z")
-    assert event_for_job(job)["status"] == Event.FAILED.value
+    assert event_for_job(job, times=_times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING"))["status"] == Event.FAILED.value
+
+
+def test_an_expired_job_with_a_start_time_but_never_seen_running_is_a_capacity_outcome():
+    """Real Vertex sets startTime at admission: it does not say the job ran."""
+    job = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_EXPIRED",
+                    createTime="2026-01-01T00:00:00Z", startTime="2026-01-01T00:00:00.140Z")
+    assert event_for_job(job)["status"] == Event.CAPACITY_TIMEOUT.value
+    assert event_for_job(job, times=_times("JOB_STATE_QUEUED"))["status"] == Event.CAPACITY_TIMEOUT.value
+
+
+def test_a_job_google_cancelled_before_it_was_seen_running_is_a_capacity_outcome():
+    job = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_CANCELLED",
+                    createTime="2026-01-01T00:00:00Z", startTime="2026-01-01T00:00:00.140Z",
+                    endTime="2026-01-01T00:30:00Z", error={"code": 1, "message": "CANCELED"})
+    event = event_for_job(job, times=_times("JOB_STATE_QUEUED"))
+    assert event["status"] == Event.CAPACITY_TIMEOUT.value and event["cancelled_waiting"] is True
+    assert event_for_job(job, times=_times("JOB_STATE_QUEUED"), ours=True)["status"] == Event.CANCELLED.value
+    assert event_for_job(job)["status"] == Event.CANCELLED.value  # not watched: no claim
+
+
+def test_a_job_cancelled_at_its_timeout_is_a_timeout_failure():
+    job = CustomJob.model_validate({
+        "name": "projects/p/locations/l/customJobs/1", "state": "JOB_STATE_CANCELLED",
+        "createTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:11:00Z",
+        "error": {"code": 1, "message": "CANCELED"},
+        "jobSpec": {"workerPoolSpecs": [], "scheduling": {"timeout": "600s"}}})
+    times = _times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING")  # RUNNING seen at 00:01:00
+    event = event_for_job(job, times=times)
+    assert event["status"] == Event.FAILED.value and event["timed_out"] is True
+    early = job.model_copy(update={"end_time": job.end_time - timedelta(minutes=5)})
+    assert event_for_job(early, times=times)["status"] == Event.CANCELLED.value  # a cancel mid-run: not the timeout
 
 
 # ---------------------------------------------------------------------------- user patterns (config)
@@ -139,3 +183,16 @@ def test_patterns_read_a_capped_message(patterns_option):
     assert classify_failure(Status(code=13, message="x" * cap + head)) is Event.FAILED  # past the cap
     assert classify_failure(Status(code=13, message="x" * cap + "exited with a non-zero status of 1")) is Event.FAILED
     assert classify_failure(Status(code=13, message="capacity " + "y" * 1_000_000)) is Event.FAILED  # no stall
+
+
+def test_a_flex_start_job_first_seen_cancelled_at_its_max_wait_is_a_capacity_outcome():
+    """The watch came late (a triggerer restart, a slow start) and saw only the end: the end at
+    maxWaitDuration after the create still tells the service ended the wait."""
+    job = CustomJob.model_validate({
+        "name": "projects/p/locations/l/customJobs/1", "state": "JOB_STATE_CANCELLED",
+        "createTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:10:00Z",
+        "error": {"code": 1, "message": "CANCELED"},
+        "jobSpec": {"workerPoolSpecs": [], "scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "600s"}}})
+    assert event_for_job(job, times=_times("JOB_STATE_CANCELLED"))["status"] == Event.CAPACITY_TIMEOUT.value
+    early = job.model_copy(update={"end_time": job.end_time - timedelta(minutes=5)})
+    assert event_for_job(early, times=_times("JOB_STATE_CANCELLED"))["status"] == Event.CANCELLED.value

@@ -820,7 +820,7 @@ class RaceWorld(World):
         active = [w for w in members if self.jobs[w.job_name] == "ACTIVE"]
         ended: list[MemberEnded] = []
         if outcome == "won" and active:
-            # the members seen RUNNING in one poll: the trigger keeps the first by (startTime, member order)
+            # the members seen RUNNING in one poll: the trigger keeps the first in member order
             started = draw(st.lists(st.sampled_from(active), min_size=1, unique_by=lambda w: w.index))
             starts = {w.index: draw(st.integers(0, 2)) for w in started}
             winner = min(started, key=lambda w: (starts[w.index], w.index))

@@ -59,12 +59,14 @@ def test_the_history_stays_bounded_in_age_and_count():
 
 
 def test_an_attempt_record_as_an_observation():
-    ran = {"location": A, "accelerator_type": H100, "strategy": "SPOT", "start_time": "x", "queued_seconds": 42.0,
-           "outcome": "succeeded"}
+    ran = {"location": A, "accelerator_type": H100, "strategy": "SPOT", "start_time": "x", "running_since": "y",
+           "queued_seconds": 42.0, "outcome": "succeeded"}
     assert observed.observation(ran, 1, NOW) | {"at": None} == {
         "region": A, "accelerator": H100, "strategy": "SPOT", "at": None, "to_running": 42.0, "waited": 42.0,
         "stockout": False, "preemptions": 1}
-    stockout = {**ran, "start_time": None, "outcome": "preempted"}
+    # a startTime alone (set at admission on real Vertex) is not "ran"
+    assert observed.observation({**ran, "running_since": None, "outcome": "cancelled"}, 0, NOW) is None
+    stockout = {**ran, "running_since": None, "outcome": "preempted"}
     assert observed.observation(stockout, 0, NOW)["stockout"] is True
     assert observed.observation({**stockout, "outcome": "failed"}, 0, NOW) is None  # user code: not capacity
     assert observed.observation({**ran, "location": None}, 0, NOW) is None

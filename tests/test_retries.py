@@ -71,7 +71,7 @@ ROWS = [
      "TrainingJobFailedNoRetry"),
     ("user-code failure, retry_on_user_code_failure=True", None,
      dict(env={"EMULATOR_EXIT_CODE": "1"}, retry_on_user_code_failure=True), None, 3, "failed", 3, "TrainingJobFailed"),
-    ("job timeout", None, dict(timeout="10s"), None, 1, "failed", 1, "TrainingJobFailedNoRetry"),  # it runs 30 s
+    ("job timeout", None, dict(timeout="10s"), None, 1, "failed", 1, "TrainingJobTimedOut"),  # runs 30 s: a timeout
     ("job cancelled from outside the task", None, dict(env={"EMULATOR_RUN_SECONDS": "3000"}),
      _cancel_when_running, 1, "failed", 1, "TrainingJobCancelled"),
     ("deadline passed", None, dict(deadline=datetime(2020, 1, 1, tzinfo=timezone.utc)), None, 0, "failed", 1,

@@ -122,13 +122,17 @@ async def test_the_bound_counts_only_until_the_first_running(fast_emulator):
     """A SPOT job that ran, was preempted and waits QUEUED again is past its bound but not
     cancelled: restarts after the first RUNNING are the preemption budget's business."""
     name = _create(fast_emulator, _job("SPOT", run_seconds=60))
-    while requests.get(f"{fast_emulator.url}/v1/{name}", timeout=5).json()["state"] != "JOB_STATE_RUNNING":
-        time.sleep(0.02)
+    trigger = asyncio.ensure_future(_first(CustomJobTrigger(name, poll_interval=0.05, running_by=time.time() + 1)))
+    while (await asyncio.to_thread(requests.get, f"{fast_emulator.url}/v1/{name}", timeout=5)).json()["state"] \
+            != "JOB_STATE_RUNNING":
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # the trigger's polls see it RUNNING (its startTime was set at admission anyway)
     fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
-    fast_emulator.preempt(name)  # back to QUEUED, with no Spot capacity for a while
-    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8, at_seconds=50)
-    event = await _first(CustomJobTrigger(name, poll_interval=0.05, running_by=time.time() - 1))
+    fast_emulator.preempt(name)  # back to QUEUED, with no Spot capacity past the bound
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8, at_seconds=300)
+    event = await trigger
     assert event["status"] == "succeeded" and fast_emulator.stats()["cancels"] == 0
+    assert "JOB_STATE_RUNNING" in event["observed"]["seen"]
 
 
 @pytest.mark.parametrize("state, started, running_by, now, expired", [
@@ -136,20 +140,22 @@ async def test_the_bound_counts_only_until_the_first_running(fast_emulator):
     ("JOB_STATE_PENDING", False, 100.0, 150.0, True),
     ("JOB_STATE_QUEUED", False, 100.0, 99.0, False),  # not yet
     ("JOB_STATE_QUEUED", False, None, 1e12, False),  # no bound
-    ("JOB_STATE_QUEUED", True, 100.0, 150.0, False),  # ran once (startTime): a SPOT restart, not the bound's
+    ("JOB_STATE_QUEUED", True, 100.0, 150.0, False),  # seen RUNNING once: a SPOT restart, not the bound's
     ("JOB_STATE_RUNNING", False, 100.0, 150.0, False),
     ("JOB_STATE_CANCELLING", False, 100.0, 150.0, False),  # ending anyway
 ], ids=["at-the-bound", "pending-past", "before", "unbounded", "restarted", "running", "cancelling"])
 def test_past_running_bound_decides_on_the_first_running_only(state, started, running_by, now, expired):
-    from datetime import datetime, timezone
-
+    from airflow_gpu_sched.orchestration import state_times
     from airflow_gpu_sched.orchestration.watch import past_running_bound
     from airflow_gpu_sched.vertex.models import CustomJob
 
+    # every job has a startTime, as on real Vertex (set at admission): it never decides
     job = CustomJob.model_validate({"name": "projects/p/locations/l/customJobs/1", "state": state,
-                                    **({"startTime": "2026-01-01T00:00:00Z"} if started else {})})
-    assert job.start_time == (datetime(2026, 1, 1, tzinfo=timezone.utc) if started else None)
-    assert past_running_bound(job, running_by, now) is expired
+                                    "startTime": "2026-01-01T00:00:00Z"})
+    times = state_times.new()
+    for seen in (["JOB_STATE_QUEUED", "JOB_STATE_RUNNING"] if started else []) + [state]:
+        state_times.note(times, CustomJob(state=seen), 0.0)
+    assert past_running_bound(job, times, running_by, now) is expired
 
 
 async def test_job_trigger_rides_out_injected_faults(fast_emulator):

@@ -22,13 +22,15 @@ Job life cycle (the emulator's choices where Google documents none are marked *)
     user code exit != 0 (EMULATOR_EXIT_CODE) -> FAILED, error code 3 INVALID_ARGUMENT,
         "The replica workerpool0-0 exited with a non-zero status of N"
     running past scheduling.timeout -> FAILED, error code 4, reason JOB_TIMEOUT*
+    startTime: createTime + 0.14 s at admission, on every read after the create (recorded)
 A preempted job keeps its progress (it resumes from its checkpoints).
 
 Assumed behaviours come in variants (``Scenario.variants``, see docs/fidelity.md): SPOT restarts
 visible (above) or invisible (the job stays RUNNING through them, each restart costing
 ``provisioning_seconds`` of no progress); errors with an ErrorInfo reason or message only;
 FLEX_START expiry as FAILED (above) or JOB_STATE_EXPIRED (no error, no endTime: the proto
-fills those for FAILED/CANCELLED only); FLEX_START waiting in QUEUED or PENDING.
+fills those for FAILED/CANCELLED only) or CANCELLED; a timeout as FAILED or CANCELLED;
+FLEX_START waiting in QUEUED or PENDING; startTime at admission or at the first RUNNING.
 
 May import: vertex, emulator; never airflow.
 """
@@ -52,8 +54,8 @@ from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
+from airflow_gpu_sched.emulator.jobtypes import ADMISSION_START, JobTypesMixin
 from airflow_gpu_sched.emulator.paging import coerce_page_size, decode_token, encode_token, offset_page, short_window
-from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.reservations import ReservationStore
 from airflow_gpu_sched.emulator.scenario import Scenario
@@ -343,6 +345,9 @@ class Backend(JobTypesMixin):
             if self.scenario.variants.flex_start_expiry == "expired":
                 self._end(record, S.JOB_STATE_EXPIRED, when)
                 return
+            if self.scenario.variants.flex_start_expiry == "cancelled":
+                self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+                return
             wait = record.job.job_spec.scheduling.max_wait_duration  # type: ignore[union-attr]
             self._fail(record, when, _error_status(
                 "DEADLINE_EXCEEDED",
@@ -350,6 +355,9 @@ class Backend(JobTypesMixin):
                 f"scheduling.maxWaitDuration ({format_duration(wait)}): the FLEX_START capacity "
                 "wait expired.", "FLEX_START_WAIT_EXPIRED"))
         elif kind == "timeout":
+            if self.scenario.variants.timeout_outcome == "cancelled":
+                self._end(record, S.JOB_STATE_CANCELLED, when, Status(code=1, message="CANCELED"))
+                return
             timeout = record.job.job_spec.scheduling.timeout  # type: ignore[union-attr]
             self._fail(record, when, _error_status(
                 "DEADLINE_EXCEEDED",
@@ -553,10 +561,20 @@ class Backend(JobTypesMixin):
         found = check_custom_job(job)
         if found:
             raise violations_error(found)
-        return self._new_job(project, location, job, self.clock.now()).wire()
+        record = self._new_job(project, location, job, self.clock.now(), admitted=False)
+        answer = record.wire()  # the create answer has no startTime yet (recorded)
+        self._set_admission_start(record)
+        return answer
+
+    def _set_admission_start(self, record: JobRecord) -> None:
+        """Variant ``startTime: admission``: every read after the create shows startTime =
+        createTime + ~0.14 s, whatever the state (as recorded on real Vertex)."""
+        if self.scenario.variants.start_time == "admission" and record.job.start_time is None:
+            record.job.start_time = record.job.create_time + ADMISSION_START  # type: ignore[operator]
+            record._wire = None
 
     def _new_job(self, project: str, location: str, job: CustomJob, now: datetime, owner: str | None = None,
-                 check_quota: bool = True) -> JobRecord:
+                 check_quota: bool = True, admitted: bool = True) -> JobRecord:
         """Make a (valid) custom job at emulated time ``now``: for a create, or for a tuning job's
         trial or a pipeline's backing job (``owner``: their name; quota checked at their create)."""
         spec = job.job_spec
@@ -607,6 +625,8 @@ class Backend(JobTypesMixin):
             wait = Scheduling.DEFAULT_MAX_WAIT if wait is None else wait
             if wait.total_seconds() > 0:  # 0 waits forever
                 self._schedule(now + wait, "wait_expired", job.name, ANY_EPOCH)
+        if admitted:  # a trial's or pipeline's job: no create answer to show first
+            self._set_admission_start(record)
         return record
 
     def _persistent_demand(self, project: str, location: str, job: CustomJob) -> dict[str, int]:

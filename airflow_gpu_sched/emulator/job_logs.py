@@ -10,7 +10,9 @@ Each entry: ``logName`` ``projects/P/logs/<replica>``, ``resource`` ``{"type": "
   ERROR, replica ``workerpool0-0``, the one process the executor runs), read when
   ``entries:list`` is called and stamped with the emulated clock then (line order within a
   stream kept; stdout and stderr interleave by read, not by write).
-- otherwise: synthetic lines derived from the job's state history: a start line per replica
+- otherwise: synthetic lines derived from the job's state history: the service's entry on each
+  state change (log ``ml.googleapis.com%2F<job_id>``, label ``ml.googleapis.com/job_state``,
+  e.g. "Waiting for job to be provisioned."), a start line per replica
   for each run, a checkpoint every :data:`CHECKPOINT_SECONDS` of run time, a preemption notice
   when a run ends in a preemption, the exit (or, for a failed job, a traceback-like tail on
   ``workerpool0-0`` and the service's error line).
@@ -24,9 +26,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu_sched.vertex.cloud_logging import ML_JOB, TASK_LABEL, format_log_time, timestamp_key
+from airflow_gpu_sched.vertex.cloud_logging import JOB_STATE_LABEL, ML_JOB, TASK_LABEL, format_log_time, timestamp_key
 
 CHECKPOINT_SECONDS = 60.0
+# The service's line on entering each waiting/running state (assumed wordings, but for PENDING's,
+# seen in public reports of Vertex's logs), labelled ml.googleapis.com/job_state
+STATE_LINES = {"JOB_STATE_QUEUED": "Job is queued.", "JOB_STATE_PENDING": "Waiting for job to be provisioned.",
+               "JOB_STATE_RUNNING": "Job is running."}
 MAX_REPLICAS = 16  # start/exit lines per replica for at most this many replicas of a job
 _RUNNING, _TERMINAL = "JOB_STATE_RUNNING", ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
                                              "JOB_STATE_EXPIRED")
@@ -70,6 +76,12 @@ def synthetic(record: Any, now: datetime) -> list[dict[str, Any]]:
     run, step = 0, 0
     for index, (state, since) in enumerate(history):
         following = history[index + 1] if index + 1 < len(history) else None
+        if state in STATE_LINES:  # the service's own entry, in the job's service log, with the state
+            add("service", "INFO", since, f"state{index}", STATE_LINES[state])
+            out[-1].update(logName=f"projects/{project}/logs/ml.googleapis.com%2F{job_id}",
+                           labels={TASK_LABEL: "service", JOB_STATE_LABEL: state})
+            out[-1].pop("jsonPayload", None)
+            out[-1]["textPayload"] = STATE_LINES[state]
         if state == _RUNNING:
             run += 1
             for replica in replicas:

@@ -101,8 +101,13 @@ class Variants(_Camel):
     # code and message only ("message_only").
     error_details: Literal["error_info", "message_only"] = "error_info"
     # A FLEX_START job whose maxWaitDuration runs out: FAILED with DEADLINE_EXCEEDED ("failed"),
-    # or JOB_STATE_EXPIRED with that error ("expired").
-    flex_start_expiry: Literal["failed", "expired"] = "failed"
+    # JOB_STATE_EXPIRED ("expired"), or CANCELLED, error code 1 "CANCELED" ("cancelled": the
+    # legacy AI Platform's maxWaitTime: "... AI Platform Training cancels it").
+    flex_start_expiry: Literal["failed", "expired", "cancelled"] = "failed"
+    # A job running past scheduling.timeout (counted from its first RUNNING): FAILED with
+    # DEADLINE_EXCEEDED ("failed"), or CANCELLED ("cancelled": the legacy maxRunningTime:
+    # "AI Platform Training cancels it"; tensorflow/tfx#6223: cancelled after exactly 7 days).
+    timeout_outcome: Literal["failed", "cancelled"] = "failed"
     # The state a FLEX_START job shows while it waits for capacity.
     flex_start_waiting_state: Literal["JOB_STATE_QUEUED", "JOB_STATE_PENDING"] = "JOB_STATE_QUEUED"
     # A job whose (specific) reservation has too few free VMs: waits QUEUED until VMs free up
@@ -121,6 +126,11 @@ class Variants(_Camel):
     # nothing done ("noop": gcloud's "If the job is already finished, the command will not perform
     # an operation and exit successfully", gcloud ai-platform jobs cancel).
     cancel_ended: Literal["refused", "noop"] = "refused"
+    # When startTime is set: ~0.14 s after createTime, at admission, while the job still waits
+    # ("admission": recorded real traffic, cloud-custodian's vertexai_custom_job_* and
+    # vertexai_hp_tuning_job_* flights), or at the first RUNNING as the proto's comment says
+    # ("first_running": the emulator's old behaviour).
+    start_time: Literal["admission", "first_running"] = "admission"
 
 
 class SeededPersistentResource(_Camel):

@@ -55,6 +55,7 @@ from airflow_gpu_sched.orchestration.errors import (
     TrainingJobCancelled,
     TrainingJobFailed,
     TrainingJobFailedNoRetry,
+    TrainingJobTimedOut,
     VertexUnreachable,
 )
 from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType, get_job_type, job_type_of
@@ -561,7 +562,7 @@ class VertexTrainingOperator(BaseOperator):
         assert ended is not None, "a job's attempt is closed with the resource it ended as"
         job = ended.kind.view(ended.resource)
         gpu_hours = ended.kind.gpu_hours(ended.resource)
-        record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours)
+        record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours, ended.observed)
         record.update(where)
         if ledger.data.get("race"):
             from airflow_gpu_sched.operators import race
@@ -740,7 +741,8 @@ class VertexTrainingOperator(BaseOperator):
         trigger = CustomJobTrigger(job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
                                    running_by=running_by, bound_reason=why,
                                    impersonation_chain=self.impersonation_chain, stream_logs=self.stream_logs,
-                                   log_lines_per_minute=self.log_lines_per_minute)
+                                   log_lines_per_minute=self.log_lines_per_minute,
+                                   observed=(ledger.data.get("observed") or {}).get(job_name))
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
         return first_event(trigger)
@@ -779,8 +781,9 @@ class VertexTrainingOperator(BaseOperator):
             job_error=job.error.message if job.error else None, message=payload.get("message"),
             restarts=int(payload.get("observed_restarts", 0)), running_bound=payload.get("running_bound"),
             max_wait=scheduling.max_wait_duration if scheduling else None, try_number=try_number,
-            log_tail=log_tail,
-        ), _Ended(job_kind, resource)
+            log_tail=log_tail, timed_out=bool(payload.get("timed_out")),
+            cancelled_waiting=bool(payload.get("cancelled_waiting")),
+        ), _Ended(job_kind, resource, payload.get("observed"))
 
     def _failure_tail(self, job_name: str) -> str | None:
         """The failed job's failing replica's last lines, into the task log (and the error)."""
@@ -837,11 +840,13 @@ class _Ended:
 
     kind: JobType
     resource: Any
+    observed: dict[str, Any] | None = None  # the states the trigger saw (orchestration/state_times.py)
 
 
 # The typed errors, by the name the plan's decisions give them (plan_engine returns no exception).
 ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
-    TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobCancelled, CapacityWaitExpired, PreemptionBudgetExhausted,
+    TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobTimedOut, TrainingJobCancelled, CapacityWaitExpired,
+    PreemptionBudgetExhausted,
     PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
     VertexUnreachable)}
 

@@ -214,7 +214,10 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
         return engine.RaceEnded(now=_now(), winner=None, members=(), error=payload.get("message") or "unreachable",
                                 try_number=try_number), None
     members, ended = [], None
+    ledger = getattr(op, "_ledger", None)
     for m in payload["members"]:
+        if ledger is not None and isinstance(m.get("observed"), dict):  # kept: the winner's trigger goes on from it
+            ledger.data.setdefault("observed", {})[m["job_name"]] = m["observed"]
         if m.get("event") is None:
             members.append(engine.MemberEnded(index=int(m["index"]), job_name=m["job_name"], kind=None,
                                               by_race=bool(m.get("by_race"))))
@@ -262,7 +265,8 @@ def close_member(op: Any, ledger: SubmissionLedger, close: engine.CloseMember) -
     kind = job_type_of(close.job_name)
     resource = kind.get(op.client(close.location), close.job_name)
     job = kind.view(resource)
-    record = attempt_record(job, close.strategy, close.outcome, close.restarts, kind.gpu_hours(resource))
+    observed = (ledger.data.get("observed") or {}).get(close.job_name)
+    record = attempt_record(job, close.strategy, close.outcome, close.restarts, kind.gpu_hours(resource), observed)
     record.update(position=close.position, location=close.location, race=close.race, race_member=close.index)
     if close.state:
         record.update(state=close.state, error=close.error)

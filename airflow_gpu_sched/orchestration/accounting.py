@@ -1,14 +1,19 @@
 """Wait, run and GPU-hour figures per attempt and per task, from the jobs' own timestamps.
 
 What each figure is, given what the API can tell (no figure claims more):
-- queued_seconds: createTime -> startTime (first RUNNING), or -> endTime for a job that never
-  ran (-> its last updateTime if it has no endTime, as an EXPIRED job); it includes VM
-  provisioning (PENDING), which the API does not time apart;
-- run_seconds: startTime -> endTime; for a SPOT job this includes the gaps of the service's
-  own restarts, which the API does not show apart;
+- running_since: the first RUNNING as *observed* (:mod:`state_times`), never ``startTime``
+  (real Vertex sets that at admission, while the job still waits): the first poll that saw
+  RUNNING, bounded by the poll before it (exact only from Vertex's own log entries); the
+  attempt's ``times`` says which: ``{"running_since", "exact", "bound_seconds", "source"}``;
+- queued_seconds: createTime -> running_since, or -> endTime for a job that never ran (-> its
+  last updateTime if it has no endTime, as an EXPIRED job); it includes VM provisioning
+  (PENDING), which the API does not time apart; off by at most ``times.bound_seconds``;
+- run_seconds: running_since -> endTime; for a SPOT job this includes the gaps of the service's
+  own restarts, which the API does not show apart; off by at most ``times.bound_seconds``;
 - gpu_hours: accelerators per replica x replicas x run_seconds, summed over the job's pools: an
   estimate of GPU time held from the timestamps, not Google's bill (it counts SPOT restart gaps,
-  which Google does not bill, and not the provisioning before startTime);
+  which Google does not bill, and not the provisioning before RUNNING); a job never seen to run
+  holds none;
 - cost: gpu_hours x the user's price table: an estimate, never an invoice;
 - preemptions: the preemptions the poller *observed*: each final STOCKOUT (exact) plus the
   service's restarts it saw as RUNNING -> QUEUED/PENDING between two polls. A restart between
@@ -23,16 +28,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, format_timestamp
 
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "preemptions_lower_bound",
                "queued_seconds",
-               "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir")
+               "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir",
+               "times")
 ATTEMPT_KEYS = ("job_name", "strategy", "location", "state", "create_time", "start_time", "end_time",
                 "queued_seconds", "run_seconds", "gpu_hours", "cost", "error",
                 # for the timeline (vertex/timeline.py): how the attempt ended, restarts seen, on what
-                "outcome", "restarts_observed", "accelerator_type")
+                "outcome", "restarts_observed", "accelerator_type",
+                # when it got capacity as observed, and whether that is exact or bounded by a poll
+                "running_since", "times")
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float:
@@ -42,15 +51,18 @@ def _seconds(start: datetime | None, end: datetime | None) -> float:
 
 
 def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restarts: int = 0,
-                   gpu_hours: float | None = None) -> dict[str, Any]:
+                   gpu_hours: float | None = None, observed: dict[str, Any] | None = None) -> dict[str, Any]:
     """One attempt, JSON-safe, as the submission ledger keeps it (XCom shows ATTEMPT_KEYS).
     ``job`` is a custom job or another job type's CustomJob view (:mod:`job_types`), whose
-    ``gpu_hours`` it gives when the run time x GPUs of the job does not tell them."""
+    ``gpu_hours`` it gives when the run time x GPUs of the job does not tell them; ``observed``:
+    the states its trigger saw (:mod:`state_times`; None: not watched)."""
     # A job that never ran and has no endTime (EXPIRED: the proto sets endTime only for
     # SUCCEEDED/FAILED/CANCELLED) waited until its last update.
     ended = job.end_time or (job.update_time if job.state and job.state.is_terminal() else None)
-    queued_until = job.start_time or ended
-    run = _seconds(job.start_time, job.end_time)
+    times = state_times.times_summary(job, observed, outcome)
+    running = state_times.parse_timestamp(times["running_since"]) if times["running_since"] else None
+    queued_until = running or ended
+    run = _seconds(running, job.end_time)
     if gpu_hours is None:
         gpu_hours = round(job.job_spec.accelerators_held() * run / 3600.0, 4)
     return {
@@ -67,6 +79,8 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
         "outcome": outcome,
         "accelerator_type": _accelerator(job),
         "error": job.error.message if job.error and job.error.message else None,
+        "running_since": times["running_since"],
+        "times": times,
     }
 
 
@@ -74,7 +88,8 @@ def no_job_record(strategy: str, state: str, waited_seconds: float, error: str |
                   **extra: Any) -> dict[str, Any]:
     """An attempt that never got a job (a busy or failed persistent pool, a quota refusal)."""
     return {"job_name": None, "strategy": strategy, "state": state, "create_time": None, "start_time": None,
-            "end_time": None, "queued_seconds": round(waited_seconds, 3), "run_seconds": 0.0, "gpu_hours": 0.0,
+            "end_time": None, "running_since": None,
+            "times": {"running_since": None, "exact": True, "bound_seconds": 0.0, "source": "never_ran"}, "queued_seconds": round(waited_seconds, 3), "run_seconds": 0.0, "gpu_hours": 0.0,
             "restarts_observed": 0, "outcome": "capacity_timeout", "accelerator_type": None, "error": error,
             **extra}
 
@@ -135,9 +150,20 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "currency": prices.get("currency") if prices else None,
         "console_url": console_url(last["job_name"]),
         "base_output_dir": base_output_dir,
+        "times": totals_times(attempts),
         **(outputs or {}),
         **hedging(shown, prices),
     }
+
+
+def totals_times(attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the queued/run/GPU-hour totals are exact: ``exact`` only when every attempt's
+    first RUNNING is (from Vertex's log entries); else ``bound_seconds``, the most the queued and
+    run totals may each be off by (the sum of the attempts' poll bounds)."""
+    shown = [a.get("times") or {} for a in attempts if a.get("job_name")]
+    exact = all(t.get("exact", False) for t in shown)
+    return {"exact": exact, "bound_seconds": round(sum(float(t.get("bound_seconds") or 0.0) for t in shown), 3),
+            "from": "observed states (first poll that saw RUNNING; Vertex's log entries when read), never startTime"}
 
 
 def hedging(shown: list[dict[str, Any]], prices: dict[str, Any] | None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ AirflowException
 │   │   │                                 raised as such (Airflow retries: a new job) only with
 │   │   │                                 retry_on_user_code_failure=True
 │   │   └── TrainingJobFailedNoRetry (+ AFE)   the default: the failed run is not repeated
+│   │       └── TrainingJobTimedOut (+ AFE)     the service ended it at scheduling.timeout (FAILED or CANCELLED)
 │   ├── TrainingJobCancelled (+ AFE)      someone cancelled the job outside this task
 │   ├── CapacityWaitExpired               a capacity wait ran out: FLEX_START's maxWaitDuration, or a step's
 │   │                                     capacity_wait_timeout / the deadline before the job first ran
@@ -53,6 +54,12 @@ class TrainingJobFailed(GpuTrainingError):
 class TrainingJobFailedNoRetry(TrainingJobFailed, AirflowFailException):
     """The user's code failed (or ran out its timeout) and the operator was not told to retry
     that (``retry_on_user_code_failure``): a run of many GPUs for hours is not repeated by habit."""
+
+
+class TrainingJobTimedOut(TrainingJobFailedNoRetry):
+    """The service ended the job when its ``scheduling.timeout`` (counted from its first
+    RUNNING) ran out, as FAILED or as CANCELLED (Google's legacy ``maxRunningTime``: "cancels
+    it"): a timeout, never "cancelled outside this task"; not retried by habit."""
 
 
 class TrainingJobCancelled(GpuTrainingError, AirflowFailException):

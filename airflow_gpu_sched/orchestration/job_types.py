@@ -152,10 +152,12 @@ class JobType:
         """readMask of a list of ended jobs: what the trigger's final event must carry."""
         return ",".join(WATCH_FIELDS + self.final_fields)
 
-    def event(self, resource: Any, observed_restarts: int = 0) -> dict[str, Any]:
+    def event(self, resource: Any, observed_restarts: int = 0, times: dict[str, Any] | None = None,
+              ours: bool = False) -> dict[str, Any]:
         """The trigger event for a finished resource: the common payload, plus the resource itself
-        when it is not a custom job (the operator reads its outputs from it)."""
-        payload = event_for_job(self.view(resource), observed_restarts)
+        when it is not a custom job (the operator reads its outputs from it). ``times``: the
+        states the trigger saw; ``ours``: we cancelled it."""
+        payload = event_for_job(self.view(resource), observed_restarts, times, ours)
         if self is not CUSTOM_JOB:
             payload["resource"] = public_resource(resource)
         return payload

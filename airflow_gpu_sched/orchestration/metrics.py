@@ -13,7 +13,7 @@ The types are chosen so that a dashboard's sum is right:
 ========================  =========  ==================================================
 metric                    type       value (one per attempt unless said)
 ========================  =========  ==================================================
-gpu_sched.capacity_wait   timer      createTime -> startTime (or end), ms
+gpu_sched.capacity_wait   timer      createTime -> first RUNNING observed (or end), ms
 gpu_sched.preemptions     counter    preemptions observed (a lower bound on SPOT)
 gpu_sched.fallbacks       counter    1 per move of the plan to another step or region
 gpu_sched.gpu_hours       counter    the attempt's GPU-hours (a float count)

@@ -40,7 +40,7 @@ def observation(record: dict[str, Any], preemptions: int, now: datetime) -> dict
     region = record.get("location")
     if not region:
         return None
-    ran = record.get("start_time") is not None
+    ran = record.get("running_since") is not None  # seen RUNNING, never startTime (set at admission)
     outcome = record.get("outcome")
     if not ran and outcome not in CAPACITY_MISSES:
         return None  # e.g. cancelled by a user before it started: not the region's doing

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.orchestration import failure_patterns, state_times
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.vertex.models import CustomJob, JobState, Status
 
@@ -59,33 +59,64 @@ def classify_failure(error: Status | None) -> Event:
     return _KIND_EVENT[kind] if kind else Event.FAILED
 
 
-def event_kind(job: CustomJob) -> Event | None:
-    """The event a job's state calls for, or None while it is not finished."""
+def event_kind(job: CustomJob, times: dict[str, Any] | None = None, ours: bool = False) -> Event | None:
+    """The event a job's state calls for, or None while it is not finished. ``times``: what the
+    polls saw (:mod:`state_times`; None: not watched, e.g. found ended at a try's start);
+    ``ours``: we cancelled it (a bound, a lost race). "Got capacity" is a RUNNING seen, never
+    ``startTime`` (real Vertex sets it at admission)."""
     state = job.state
     if state is None or not state.is_terminal():
         return None
     if state is JobState.JOB_STATE_SUCCEEDED:
         return Event.SUCCEEDED
     if state is JobState.JOB_STATE_CANCELLED:
+        if times is not None and not ours:
+            if state_times.ended_at_timeout(job, times):
+                return Event.FAILED  # the service ended it at scheduling.timeout: a timeout failure
+            if not state_times.seen_running(times) and (state_times.seen_waiting(times)
+                                                        or state_times.ended_at_max_wait(job)):
+                # Google ended the wait by cancelling (legacy maxWaitTime: "cancels it"): capacity
+                return Event.CAPACITY_TIMEOUT
         return Event.CANCELLED
     if state is JobState.JOB_STATE_FAILED:
         return classify_failure(job.error)
-    if state is JobState.JOB_STATE_EXPIRED and job.start_time is None:
+    if state is JobState.JOB_STATE_EXPIRED and not state_times.seen_running(times):
         # Google does not say what a FLEX_START job shows when maxWaitDuration runs out: FAILED
-        # (classified by its error) or EXPIRED. An EXPIRED job that never ran waited for
+        # (classified by its error), EXPIRED or CANCELLED. One not seen RUNNING waited for
         # capacity and got none: a capacity outcome, never the user's failure.
         return Event.CAPACITY_TIMEOUT
     return Event.FAILED  # EXPIRED after running, PARTIALLY_SUCCEEDED: not a success we can vouch for
 
 
-def event_for_job(job: CustomJob, observed_restarts: int = 0) -> dict[str, Any]:
-    """The JSON-safe event payload for a finished job: the job cut to what the operator decides by
-    (:mod:`airflow_gpu_sched.orchestration.event_fields`; never its env, args or command)."""
-    kind = event_kind(job)
+def timed_out(job: CustomJob, times: dict[str, Any] | None = None) -> bool:
+    """Ended by its ``scheduling.timeout``: FAILED with the timeout's reason or wording, or
+    CANCELLED when the timeout ran out (variant ``timeoutOutcome: cancelled``)."""
+    if job.state is JobState.JOB_STATE_FAILED and job.error is not None:
+        reasons = {str(d.get("reason", "")) for d in (job.error.details or []) if isinstance(d, dict)}
+        return "JOB_TIMEOUT" in reasons or "scheduling.timeout" in (job.error.message or "")
+    return job.state is JobState.JOB_STATE_CANCELLED and times is not None and state_times.ended_at_timeout(job, times)
+
+
+def event_for_job(job: CustomJob, observed_restarts: int = 0, times: dict[str, Any] | None = None,
+                  ours: bool = False) -> dict[str, Any]:
+    """The JSON-safe event payload for a finished job, the job cut to what the operator decides by
+    (:mod:`airflow_gpu_sched.orchestration.event_fields`; never its env, args or command).
+    ``observed`` (what the polls saw), ``timed_out`` and ``cancelled_waiting`` are keys of their own."""
+    kind = event_kind(job, times, ours)
     if kind is None:
         raise ValueError(f"{job.name} is still {job.state}")
-    return {"status": kind.value, "job": public_resource(job), "observed_restarts": observed_restarts,
-            "message": (job.error.message if job.error else None) or job.state.value}
+    payload = {"status": kind.value, "job": public_resource(job), "observed_restarts": observed_restarts,
+               "message": (job.error.message if job.error else None) or job.state.value}
+    if times is not None:
+        payload["observed"] = times
+    if kind is Event.FAILED and timed_out(job, times):
+        payload["timed_out"] = True
+        if job.state is JobState.JOB_STATE_CANCELLED:
+            payload["message"] = "the service cancelled the job when its scheduling.timeout ran out"
+    if kind is Event.CAPACITY_TIMEOUT and job.state is JobState.JOB_STATE_CANCELLED:
+        payload["cancelled_waiting"] = True  # not by us, never seen RUNNING
+        payload["message"] = "the service cancelled the job before it was seen RUNNING (no capacity in time)"
+    return payload
 
 
 def error_event(message: str, job_name: str | None = None) -> dict[str, Any]:

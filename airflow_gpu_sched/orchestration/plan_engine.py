@@ -127,6 +127,8 @@ class JobEnded:
     max_wait: timedelta | None = None  # the job's own maxWaitDuration
     try_number: int | None = None  # the try this event arrived in
     log_tail: str | None = None  # a FAILED job's failing replica's last log lines (orchestration.log_lines)
+    timed_out: bool = False  # ended by its scheduling.timeout (FAILED, or CANCELLED by the service)
+    cancelled_waiting: bool = False  # CANCELLED by the service before it was seen RUNNING (a capacity outcome)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,7 +217,8 @@ PlanEvent = Union[TryStarted, QuotaRead, ResourceRead, ReservationRead, Created,
 
 # ---------------------------------------------------------------------------------------- outputs
 
-FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobCancelled", "CapacityWaitExpired",
+FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "TrainingJobTimedOut", "TrainingJobCancelled",
+                      "CapacityWaitExpired",
                       "PreemptionBudgetExhausted",
                       "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
                       "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
@@ -224,7 +227,8 @@ FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "Training
 # The failures an Airflow retry cannot change: their errors are AirflowFailExceptions (errors.py;
 # tests/test_retries.py checks the two agree), and a try that starts after one anyway (the
 # earlier try's process died before Airflow saw its failure) fails again instead of training.
-NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobCancelled", "DeadlineExceeded",
+NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobTimedOut", "TrainingJobCancelled",
+                                      "DeadlineExceeded",
                                       "InvalidTrainingSpec"})
 # The capacity outcomes that end a plan when no step is left: a retry (retry_delay later, when
 # capacity or quota may have come back) runs the plan again from its first step, the preferred one.
@@ -612,6 +616,8 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
                     effects=effects)
     # a job an earlier try submitted (this try re-attached to it, or found it finished)
     reattached = earlier_try or state.job_try != event.try_number
+    if kind is Event.CAPACITY_TIMEOUT and event.cancelled_waiting and reattached:
+        kind = Event.CANCELLED  # an earlier try's on_kill may have cancelled it: not a capacity outcome
     index = state.position
     step, location = _current(plan, state)  # a race's winner: its member
     bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.running_bound)  # our cancel, past the bound
@@ -634,6 +640,12 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
             return _start(plan, index, event.now, (*effects, note))
         return Fail(failure=Failure("TrainingJobCancelled", "the job was cancelled outside this task", name, said),
                     effects=effects)
+    if kind is Event.FAILED and event.timed_out and not earlier_try and not plan.retry_on_user_code_failure:
+        # the service ended it at scheduling.timeout (FAILED, or CANCELLED: timeoutOutcome)
+        return Fail(failure=Failure("TrainingJobTimedOut", "the training job ran out its scheduling.timeout "
+                                    "(counted from its first RUNNING) and the service ended it: not a capacity "
+                                    "problem, not resubmitted", name, said or event.message,
+                                    log_tail=event.log_tail), effects=effects)
     if kind is Event.FAILED:  # the user's code (or a timeout): never resubmitted by the plan, never falls back
         if earlier_try and (cleared or plan.retry_on_user_code_failure):
             # An earlier try's job failed and no one saw it (its worker died): this try is the
@@ -716,9 +728,10 @@ def _quota_failure(plan: Plan, how: str, message: str | None, location: str) -> 
 #
 # A race step (plans.RaceStep) submits all its members at once, each under its own submission
 # key (kept in the ledger's ``race`` block before its create, the job's name after it), waits
-# for all of them with one trigger, keeps the first to reach RUNNING and cancels the others at
-# once. The tie rule, when several members are seen RUNNING in one poll: the earliest
-# ``startTime``, then the member order (the trigger applies it: triggers/race.py). From its win
+# for all of them with one trigger, keeps the first *seen* RUNNING (never by ``startTime``: real
+# Vertex sets it at admission, so every member has one while all still wait) and cancels the
+# others at once. The tie rule, when several members are seen RUNNING in one poll: the member
+# order (the trigger applies it: triggers/race.py). From its win
 # on the winner is the position's job, under its member's rules (a SPOT winner's preemptions,
 # the FLEX_START wording). When every member ends on a capacity outcome, the plan moves on;
 # a member that fails for its code fails the task (the others are cancelled), as a single job.

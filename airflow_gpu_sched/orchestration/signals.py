@@ -102,7 +102,7 @@ def attempt_finished(operator: Any, record: dict[str, Any], preemptions: int) ->
 
     cost, currency = _cost(operator, record)
     emit(attempt_metrics(operator.dag_id, operator.task_id, record, preemptions, cost, currency))
-    if record.get("start_time"):
+    if record.get("running_since"):  # seen RUNNING (startTime is set at admission: it tells nothing)
         _call(operator.on_capacity_acquired, "capacity_acquired", record)
     if preemptions:
         _call(operator.on_preempted, "preempted", {**record, "preemptions": preemptions})

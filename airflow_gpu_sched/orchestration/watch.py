@@ -5,7 +5,7 @@ previous state), counts the service's SPOT restarts it can see (RUNNING -> QUEUE
 and keeps the transient-error window: API errors are tolerated until ``window`` seconds have
 passed since the last successful poll.
 
-May import: vertex; airflow.
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.vertex.models import CustomJob, JobState
 
 _BACK_TO_WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}
@@ -31,6 +32,7 @@ class JobWatch:
         self.last_ok = clock()
         self.observed_restarts = observed_restarts
         self.failures = 0
+        self.times = state_times.new()  # each state change as first seen (orchestration/state_times.py)
 
     def succeeded_poll(self) -> None:
         self.last_ok, self.failures = self.clock(), 0
@@ -39,6 +41,7 @@ class JobWatch:
         """Record a successful poll; returns a log line when the state changed."""
         self.succeeded_poll()
         now = self.last_ok
+        state_times.note(self.times, job, time.time())
         if job.state == self.state:
             return None
         line = f"{self.job_name}: {job.state.value if job.state else '?'}"
@@ -64,16 +67,16 @@ class JobWatch:
 WAITING_TO_RUN = frozenset({JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING, JobState.JOB_STATE_UNSPECIFIED})
 
 
-def has_run(job: CustomJob) -> bool:
-    """True once the job was RUNNING at least once: ``startTime`` is "the time when the job for
-    the first time entered JOB_STATE_RUNNING" (custom_job.proto; the same for tuning jobs and
-    pipelines), so a SPOT job back in QUEUED after a restart still counts as started."""
-    return job.start_time is not None or job.state is JobState.JOB_STATE_RUNNING
+def has_run(job: CustomJob, times: dict[str, Any] | None = None) -> bool:
+    """True once the job was seen RUNNING (or ended SUCCEEDED), so a SPOT job back in QUEUED after
+    a restart still counts as started. Never from ``startTime``: real Vertex sets it at
+    admission, while the job still waits (state_times.py)."""
+    return state_times.has_run(job, times)
 
 
-def past_running_bound(job: CustomJob, running_by: float | None, now: float) -> bool:
+def past_running_bound(job: CustomJob, times: dict[str, Any] | None, running_by: float | None, now: float) -> bool:
     """The operator's bound on the time before RUNNING: True when ``running_by`` (epoch seconds)
-    has passed and the job has never run and still waits for its resources (QUEUED or PENDING).
-    A job that ran once, or is ending anyway, is not the bound's business."""
-    return (running_by is not None and now >= running_by and not has_run(job)
-            and (job.state or JobState.JOB_STATE_UNSPECIFIED) in WAITING_TO_RUN)
+    has passed and the job was never seen RUNNING and still waits for its resources (QUEUED or
+    PENDING), even with a ``startTime``. A job that ran once, or is ending anyway, is not the
+    bound's business."""
+    return state_times.past_running_bound(job, times, running_by, now)

@@ -83,7 +83,7 @@ class JobRow:
     strategy: str | None
     state: str | None
     created: str | None
-    started: str | None
+    started: str | None  # Google's startTime: set at admission (recorded), NOT when the job got capacity
     ended: str | None
     submission: str | None = None  # the operator's submission key label
     parent: str | None = None  # a tuning job's trial / a pipeline's custom job: the parent's name

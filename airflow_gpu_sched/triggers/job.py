@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -57,15 +58,17 @@ class CustomJobTrigger(BaseTrigger):
     operator's bound on the time before RUNNING. A job that has never been RUNNING by then
     (QUEUED for quota or capacity, PENDING) is cancelled, followed to its end, and reported as
     ``capacity_timeout`` with ``running_bound`` (``bound_reason``, the why) in the payload.
-    Only the time before the *first* RUNNING counts (``startTime``): later SPOT restarts are
-    the preemption budget's business.
+    Only the time before the *first* RUNNING this trigger saw counts (never ``startTime``, which
+    real Vertex sets at admission): later SPOT restarts are the preemption budget's business.
+    Every event about the job carries ``observed``: each state change as first seen
+    (:mod:`~airflow_gpu_sched.orchestration.state_times`).
     """
 
     def __init__(self, job_name: str, gcp_conn_id: str = "google_cloud_default", poll_interval: float = 30.0,
                  transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0,
                  polling: str = BATCHED, running_by: float | None = None, bound_reason: str | None = None,
                  impersonation_chain: str | list[str] | None = None, stream_logs: bool = False,
-                 log_lines_per_minute: int | None = None):
+                 log_lines_per_minute: int | None = None, observed: dict[str, Any] | None = None):
         super().__init__()
         if polling not in (BATCHED, PER_JOB):
             raise ValueError(f"polling must be {BATCHED!r} or {PER_JOB!r} (got {polling!r})")
@@ -83,6 +86,8 @@ class CustomJobTrigger(BaseTrigger):
         self.log_lines_per_minute = None if log_lines_per_minute is None else int(log_lines_per_minute)
         self._cancel_note = ""
         self.job_type = job_type_of(job_name)
+        self.observed = observed  # the states an earlier watch saw (a race's): go on from them
+        self._logged_states: dict[str, Any] = {}  # state -> first time Vertex's log entries gave
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -90,7 +95,7 @@ class CustomJobTrigger(BaseTrigger):
             "transient_error_window": self.transient_error_window, "observed_restarts": self.observed_restarts,
             "polling": self.polling, "running_by": self.running_by, "bound_reason": self.bound_reason,
             "impersonation_chain": self.impersonation_chain, "stream_logs": self.stream_logs,
-            "log_lines_per_minute": self.log_lines_per_minute,
+            "log_lines_per_minute": self.log_lines_per_minute, "observed": self.observed,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -111,8 +116,24 @@ class CustomJobTrigger(BaseTrigger):
             await news.aclose()  # leave the shared poller now, not when the generator is collected
         if logs is not None:
             await logs.finish()  # the job's last lines (its exit, a traceback) before the event
+            if isinstance(event.get("observed"), dict):
+                from airflow_gpu_sched.orchestration import state_times
+
+                for state, when in self._logged_states.items():  # exact times from Vertex's log entries
+                    state_times.refine(event["observed"], state, when)
         await settle(started)  # apache/airflow#66374: not before the scheduler saw the deferring try exit
         yield TriggerEvent(event)
+
+    def note_logged_state(self, state: str, timestamp: str) -> None:
+        """A Vertex log entry said the job entered ``state`` at ``timestamp``: keep the first."""
+        from airflow_gpu_sched.orchestration import state_times
+
+        try:
+            when = state_times.parse_timestamp(timestamp)
+        except ValueError:
+            return
+        if state not in self._logged_states or when < self._logged_states[state]:
+            self._logged_states[state] = when
 
     def _log_stream(self) -> Any:
         from airflow_gpu_sched.triggers.log_tail import JobLogStream
@@ -127,6 +148,8 @@ class CustomJobTrigger(BaseTrigger):
         from airflow_gpu_sched.vertex.client import NotFoundError
 
         watch = JobWatch(self.job_name, self.transient_error_window, observed_restarts=self.observed_restarts)
+        if isinstance(self.observed, dict) and isinstance(self.observed.get("seen"), dict):
+            watch.times = copy.deepcopy(self.observed)
         stream = _Stream(news)
         started = False
         cancelled_at: float | None = None  # when the bound's cancel went out
@@ -150,14 +173,15 @@ class CustomJobTrigger(BaseTrigger):
                     self.log.info(line)
                 if cancelled_at is not None:
                     if view.is_terminal() and view.state.value != "JOB_STATE_CANCELLED":  # type: ignore[union-attr]
-                        return self.job_type.event(item, watch.observed_restarts)  # it ended otherwise first
+                        # it ended otherwise first
+                        return self.job_type.event(item, watch.observed_restarts, watch.times, ours=True)
                     if view.is_terminal() or time.time() >= cancelled_at + CANCEL_SETTLE:
-                        return self._bound_event(item, view, watch.observed_restarts)
+                        return self._bound_event(item, view, watch.observed_restarts, watch.times)
                     continue
                 if view.is_terminal():
-                    return self.job_type.event(item, watch.observed_restarts)
-                started = started or has_run(view)
-                if past_running_bound(view, self.running_by, time.time()):
+                    return self.job_type.event(item, watch.observed_restarts, watch.times)
+                started = started or has_run(view, watch.times)
+                if past_running_bound(view, watch.times, self.running_by, time.time()):
                     error = await self._cancel_for_bound(view)
                     if error is not None:
                         return error
@@ -189,11 +213,11 @@ class CustomJobTrigger(BaseTrigger):
             return error_event(f"cancelling {self.job_name} past its bound failed: {exc}", self.job_name)
         return None
 
-    def _bound_event(self, item: Any, view: Any, restarts: int) -> dict[str, Any]:
+    def _bound_event(self, item: Any, view: Any, restarts: int, times: dict[str, Any]) -> dict[str, Any]:
         """The capacity outcome of the bound: the job as last seen (CANCELLED, or still CANCELLING)."""
         payload: dict[str, Any] = {"status": Event.CAPACITY_TIMEOUT.value, "job": public_resource(view),
                                    "observed_restarts": restarts, "message": self._cancel_note,
-                                   "running_bound": self.bound_reason or "running_by"}
+                                   "running_bound": self.bound_reason or "running_by", "observed": times}
         if item is not view:  # a tuning job or a pipeline: the operator reads the resource itself
             payload["resource"] = public_resource(item)
         return payload

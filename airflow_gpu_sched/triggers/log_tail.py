@@ -261,6 +261,9 @@ class JobLogStream:
 
         new = fresh(entries, self.position)
         for entry in new:
+            state = entry.job_state  # Vertex's own word on a state change: an exact time
+            if state and hasattr(self.trigger, "note_logged_state"):
+                self.trigger.note_logged_state(state, entry.timestamp)
             admitted, note = self.budget.admit(time.time())
             if note:
                 self.trigger.log.warning("job log: %s", note)

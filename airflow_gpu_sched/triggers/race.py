@@ -2,10 +2,11 @@
 each member watched through the shared poller of its region (:mod:`.poller`), exactly as a
 :class:`~airflow_gpu_sched.triggers.job.CustomJobTrigger` watches one job.
 
-The first member seen RUNNING wins (``startTime`` set: RUNNING at least once, so one that ran
-and ended between two polls wins too). The tie rule, when several are seen started at once
-(one poll, or the polls of two regions before the trigger looked): the earliest ``startTime``,
-then the member order. A member CANCELLING or CANCELLED never wins: after a triggerer restart
+The first member seen RUNNING wins (or seen SUCCEEDED: one that ran and ended between two
+polls). Never ``startTime``: real Vertex sets it at admission, so every member has one within a
+second while all still wait (orchestration/state_times.py). The tie rule, when several are
+seen running at once (one poll, or the polls of two regions before the trigger looked): the
+member order. A member CANCELLING or CANCELLED never wins: after a triggerer restart
 the members this trigger already cancelled stay lost, so the same winner is kept. The others
 are cancelled at once and followed to their end (at most :data:`CANCEL_SETTLE`), so that their
 queued and run times are final when the operator records them; then one event:
@@ -110,7 +111,7 @@ class RaceTrigger(BaseTrigger):
         winner: int | None = None
         decided_at: float | None = None
         while True:
-            wake = self._wake(seen, bounded, decided_at)
+            wake = self._wake(seen, bounded, decided_at, watches)
             try:
                 news = [await asyncio.wait_for(queue.get(), None if wake is None else max(0.0, wake - time.time()))]
             except asyncio.TimeoutError:  # no news by a bound (or the settle time): look at the members now
@@ -119,6 +120,7 @@ class RaceTrigger(BaseTrigger):
                     if seen[s] is None or not self._view(s, seen[s]).is_terminal():
                         got = await self._members[s]._get_now()
                         if not isinstance(got, Exception):
+                            watches[s].observe(self._view(s, got))
                             seen[s] = got
             else:
                 # one poll tells every watcher of its region at once: let their pumps run, then take
@@ -142,10 +144,12 @@ class RaceTrigger(BaseTrigger):
             if decided_at is None:
                 for s in range(n):  # each member's own bound before RUNNING
                     if s not in bounded and seen[s] is not None and \
-                            past_running_bound(self._view(s, seen[s]), self.running_by[s], time.time()):
+                            past_running_bound(self._view(s, seen[s]), watches[s].times, self.running_by[s],
+                                               time.time()):
                         bounded[s] = await self._cancel(s, "bound", seen[s])
-                winner = self._winner(seen, bounded)
-                failed = next((s for s in range(n) if seen[s] is not None and self._kind(s, seen[s]) is Event.FAILED),
+                winner = self._winner(seen, bounded, watches)
+                failed = next((s for s in range(n) if seen[s] is not None and
+                               self._kind(s, seen[s], watches[s].times, s in bounded or s in by_race) is Event.FAILED),
                               None)
                 if winner is not None or failed is not None:
                     for s in range(n):  # the others, at once
@@ -163,30 +167,31 @@ class RaceTrigger(BaseTrigger):
     def _view(self, slot: int, item: Any) -> Any:
         return self._members[slot].job_type.view(item)
 
-    def _kind(self, slot: int, item: Any) -> Event | None:
+    def _kind(self, slot: int, item: Any, times: dict[str, Any] | None = None, ours: bool = False) -> Event | None:
         from airflow_gpu_sched.orchestration.outcomes import event_kind
 
-        return event_kind(self._view(slot, item))
+        return event_kind(self._view(slot, item), times, ours)
 
-    def _winner(self, seen: list[Any], bounded: dict[int, str]) -> int | None:
-        """The earliest ``startTime`` among the members that ran and were not cancelled, then member order."""
+    def _winner(self, seen: list[Any], bounded: dict[int, str], watches: list[JobWatch]) -> int | None:
+        """Among the members seen running (RUNNING now or before, or SUCCEEDED) and not cancelled,
+        the first in member order; never by ``startTime``."""
         started = []
         for slot, item in enumerate(seen):
             if item is None or slot in bounded:
                 continue
             view = self._view(slot, item)
             state = view.state.value if view.state else ""
-            if has_run(view) and state not in _LOST_STATES:
-                started.append((view.start_time.timestamp() if view.start_time else float("inf"),
-                                self.indices[slot], slot))
-        return min(started)[2] if started else None
+            if has_run(view, watches[slot].times) and state not in _LOST_STATES:
+                started.append((self.indices[slot], slot))
+        return min(started)[1] if started else None
 
-    def _wake(self, seen: list[Any], bounded: dict[int, str], decided_at: float | None) -> float | None:
+    def _wake(self, seen: list[Any], bounded: dict[int, str], decided_at: float | None,
+              watches: list[JobWatch]) -> float | None:
         if decided_at is not None:
             return decided_at + CANCEL_SETTLE
         bounds = [by for slot, by in enumerate(self.running_by)
-                  if by is not None and slot not in bounded and not (seen[slot] is not None and
-                                                                      has_run(self._view(slot, seen[slot])))]
+                  if by is not None and slot not in bounded and not (
+                      seen[slot] is not None and has_run(self._view(slot, seen[slot]), watches[slot].times))]
         if not bounds:
             return None
         soonest = min(bounds)
@@ -216,12 +221,14 @@ class RaceTrigger(BaseTrigger):
         members = []
         for slot, item in enumerate(seen):
             member: dict[str, Any] = {"index": self.indices[slot], "job_name": self.job_names[slot],
-                                      "job": None, "event": None, "by_race": slot in by_race}
+                                      "job": None, "event": None, "by_race": slot in by_race,
+                                      "observed": watches[slot].times}  # the states seen (state_times)
             if item is not None:
                 view = self._view(slot, item)
                 member["job"] = public_resource(view)
                 if view.is_terminal():
-                    event = self._members[slot].job_type.event(item, watches[slot].observed_restarts)
+                    event = self._members[slot].job_type.event(item, watches[slot].observed_restarts,
+                                                               watches[slot].times, slot in by_race or slot in bounded)
                     if slot in bounded and view.state.value == "JOB_STATE_CANCELLED":
                         event = {**event, "status": Event.CAPACITY_TIMEOUT.value, "message": bounded[slot],
                                  "running_bound": self.bound_reasons[slot] or "running_by"}

@@ -33,6 +33,10 @@ FILTER_LIMIT = 20_000  # characters (ListLogEntriesRequest.filter, Cloud Logging
 ENTRIES_LIST_PER_MINUTE = 60  # entries.list requests per minute per project (Cloud Logging quotas page)
 MAX_PAGE_SIZE = 1000  # the largest pageSize the API takes (LogEntry proto, page_size; assumed since)
 TASK_LABEL = "ml.googleapis.com/task_name"
+# Vertex's own entries about a job's state (log ``ml.googleapis.com%2F<job_id>``, replica
+# ``service``): the label is observed (GoogleCloudPlatform/cortex-data-foundation#42); its values
+# are assumed to be the state's name, with or without ``JOB_STATE_``
+JOB_STATE_LABEL = "ml.googleapis.com/job_state"
 SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY")
 
 
@@ -70,6 +74,14 @@ class LogEntry(_Model):
         return (self.resource.labels.get("task_name") or self.labels.get("task_name")
                 or self.labels.get(TASK_LABEL) or (attrs.get("tag") if isinstance(attrs, dict) else None)
                 or "unknown_task")
+
+    @property
+    def job_state(self) -> str | None:
+        """``JOB_STATE_RUNNING`` for a service entry labelled with the job's state, else None."""
+        value = (self.labels.get(JOB_STATE_LABEL) or "").strip().upper()
+        if not value:
+            return None
+        return value if value.startswith("JOB_STATE_") else f"JOB_STATE_{value}"
 
     @property
     def message(self) -> str:

@@ -11,8 +11,10 @@ shapes (pure: the tests check that no label overlaps a bar and every preemption 
 :func:`to_svg` writes those shapes out. The emulator's dashboard still uses :class:`Row` and
 :func:`segments_from_history` for its per-job bars.
 
-What the XCom can tell, and so what the picture claims: queued runs from createTime to
-startTime and includes VM provisioning (the API does not time it apart); the service's SPOT
+What the XCom can tell, and so what the picture claims: queued runs from createTime to the
+first RUNNING the pollers observed (``running_since``; never ``startTime``, which real Vertex
+sets at admission, while the job still waits) and includes VM provisioning (the API does not
+time it apart); a bounded time (``times.exact`` false) is drawn where the poll saw it; the service's SPOT
 restarts are counted as the poller saw them, without their times, so they are drawn as one
 marker with their count at the attempt's end (the emulator's histories give each its time).
 
@@ -153,7 +155,9 @@ def task_from_result(name: str, result: dict[str, Any]) -> Task:
     attempts, ends = [], []
     raw = result.get("attempts") or []
     for number, a in enumerate(raw, 1):
-        created, started, ended = (_time(a.get(k)) for k in ("create_time", "start_time", "end_time"))
+        # an older result has no running_since: then start_time, as it was recorded then
+        started_key = "running_since" if "running_since" in a else "start_time"
+        created, started, ended = (_time(a.get(k)) for k in ("create_time", started_key, "end_time"))
         state = (a.get("state") or "").removeprefix("JOB_STATE_")
         status = OUTCOME_WORDS.get(a.get("outcome") or "", state)
         segs = []
