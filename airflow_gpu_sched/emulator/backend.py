@@ -52,7 +52,7 @@ from airflow_gpu_sched.emulator.clock import EmulatedClock
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
-from airflow_gpu_sched.emulator.jobtypes import JobTypesMixin
+from airflow_gpu_sched.emulator.jobtypes import ADMISSION_START, JobTypesMixin
 from airflow_gpu_sched.emulator.quotas import QuotaStore, metric_demand
 from airflow_gpu_sched.emulator.reservations import ReservationStore
 from airflow_gpu_sched.emulator.scenario import Scenario
@@ -534,10 +534,20 @@ class Backend(JobTypesMixin):
         found = check_custom_job(job)
         if found:
             raise violations_error(found)
-        return self._new_job(project, location, job, self.clock.now()).wire()
+        record = self._new_job(project, location, job, self.clock.now(), admitted=False)
+        answer = record.wire()  # the create answer has no startTime yet (recorded)
+        self._set_admission_start(record)
+        return answer
+
+    def _set_admission_start(self, record: JobRecord) -> None:
+        """Variant ``startTime: admission``: every read after the create shows startTime =
+        createTime + ~0.14 s, whatever the state (as recorded on real Vertex)."""
+        if self.scenario.variants.start_time == "admission" and record.job.start_time is None:
+            record.job.start_time = record.job.create_time + ADMISSION_START  # type: ignore[operator]
+            record._wire = None
 
     def _new_job(self, project: str, location: str, job: CustomJob, now: datetime, owner: str | None = None,
-                 check_quota: bool = True) -> JobRecord:
+                 check_quota: bool = True, admitted: bool = True) -> JobRecord:
         """Make a (valid) custom job at emulated time ``now``: for a create, or for a tuning job's
         trial or a pipeline's backing job (``owner``: their name; quota checked at their create)."""
         spec = job.job_spec
@@ -588,6 +598,8 @@ class Backend(JobTypesMixin):
             wait = Scheduling.DEFAULT_MAX_WAIT if wait is None else wait
             if wait.total_seconds() > 0:  # 0 waits forever
                 self._schedule(now + wait, "wait_expired", job.name, ANY_EPOCH)
+        if admitted:  # a trial's or pipeline's job: no create answer to show first
+            self._set_admission_start(record)
         return record
 
     def _persistent_demand(self, project: str, location: str, job: CustomJob) -> dict[str, int]:

@@ -62,6 +62,10 @@ from airflow_gpu_sched.vertex.job_type_models import (
 from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status, TrialState
 from airflow_gpu_sched.vertex.rules import Violation, check_training_pipeline, check_tuning_job, parse_violations
 
+# Recorded real traffic: startTime is set ~130-150 ms after createTime, at admission, while the
+# job is still PENDING/QUEUED (variant startTime: admission, the default; docs/fidelity.md).
+ADMISSION_START = timedelta(seconds=0.14)
+
 if TYPE_CHECKING:
     from airflow_gpu_sched.emulator.backend import JobRecord
 
@@ -190,7 +194,10 @@ class JobTypesMixin:
         self.tuning_jobs[name] = record
         self.stats["hyperparameterTuningJobsCreated"] = self.stats.get("hyperparameterTuningJobsCreated", 0) + 1
         self._tuning_progress(record, now)
-        return record.wire()
+        answer = record.wire()  # the create answer has no startTime (recorded)
+        if self.scenario.variants.start_time == "admission" and record.job.start_time is None:
+            record.job.start_time = now + ADMISSION_START  # recorded: set at admission
+        return answer
 
     def _tuning(self, name: str) -> TuningRecord:
         record = self.tuning_jobs.get(name)
@@ -364,7 +371,10 @@ class JobTypesMixin:
         if refusal:  # the service tries to make its custom job, which the quota refuses
             self._schedule(now + timedelta(seconds=self.scenario.queue_seconds), "pipeline_refused", name)
         self.stats["trainingPipelinesCreated"] = self.stats.get("trainingPipelinesCreated", 0) + 1
-        return record.wire()
+        answer = record.wire()
+        if self.scenario.variants.start_time == "admission":  # assumed as for custom/tuning jobs
+            pipeline.start_time = now + ADMISSION_START
+        return answer
 
     def _pipeline(self, name: str) -> PipelineRecord:
         record = self.pipelines.get(name)

@@ -96,6 +96,11 @@ class Variants(_Camel):
     # A job whose (specific) reservation has too few free VMs: waits QUEUED until VMs free up
     # ("queued"), or FAILED with RESOURCE_EXHAUSTED at admission ("failed").
     reservation_full: Literal["queued", "failed"] = "queued"
+    # When startTime is set: ~0.14 s after createTime, at admission, while the job still waits
+    # ("admission": recorded real traffic, cloud-custodian's vertexai_custom_job_* and
+    # vertexai_hp_tuning_job_* flights), or at the first RUNNING as the proto's comment says
+    # ("first_running": the emulator's old behaviour).
+    start_time: Literal["admission", "first_running"] = "admission"
 
 
 class SeededPersistentResource(_Camel):
