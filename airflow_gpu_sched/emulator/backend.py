@@ -49,6 +49,7 @@ from pydantic import ValidationError
 from airflow_gpu_sched.emulator.api_errors import ApiError, decode_page_token, encode_page_token, violations_error
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
+from airflow_gpu_sched.emulator.defaults import fill_server_defaults
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
@@ -311,6 +312,8 @@ class Backend(JobTypesMixin):
                 self._pipeline_refused(key, when)
             elif kind == "resource_ready":
                 self._resource_ready(key, when)
+            elif kind.startswith("tuning_"):
+                self._tuning_event(kind, key, when)
             else:
                 record = self.jobs.get(key)
                 if record is not None and epoch in (record.epoch, ANY_EPOCH):
@@ -534,8 +537,12 @@ class Backend(JobTypesMixin):
         found = check_custom_job(job)
         if found:
             raise violations_error(found)
+        job = job.model_copy(update={"job_spec": fill_server_defaults(job.job_spec)})  # recorded: diskSpec
         record = self._new_job(project, location, job, self.clock.now(), admitted=False)
         answer = record.wire()  # the create answer has no startTime yet (recorded)
+        if answer.get("state") == S.JOB_STATE_QUEUED.value:
+            # recorded: the create answers PENDING; the next read shows the job QUEUED
+            answer = {**answer, "state": S.JOB_STATE_PENDING.value}
         self._set_admission_start(record)
         return answer
 
@@ -628,7 +635,7 @@ class Backend(JobTypesMixin):
     def _job(self, name: str) -> JobRecord:
         record = self.jobs.get(name)
         if record is None:
-            raise ApiError("NOT_FOUND", f'The CustomJob "{name}" does not exist.')
+            raise ApiError("NOT_FOUND", "The CustomJob does not exist.")  # recorded: no name in it
         return record
 
     def list_custom_jobs(self, project: str, location: str, filter_text: str = "",
