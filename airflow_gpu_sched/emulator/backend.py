@@ -161,6 +161,15 @@ def _cached_filter(text: str, collection: str):
     return parse_filter(text, collection)
 
 
+
+def _logs_url(record: JobRecord) -> str:
+    """The Cloud Logging link Vertex puts after "please check the logs:" in a failed job's error
+    (observed in public job logs; the real one carries the project number)."""
+    job_id = record.job.job_id
+    return (f"https://console.cloud.google.com/logs/viewer?project={record.project}"
+            f"&resource=ml_job%2Fjob_id%2F{job_id}&advancedFilter=resource.type%3D%22ml_job%22"
+            f"%0Aresource.labels.job_id%3D%22{job_id}%22")
+
 class Backend(JobTypesMixin):
     """All emulated state. Not thread-safe: the HTTP app calls it from one event loop.
     Tuning jobs, training pipelines and models: :class:`JobTypesMixin` (``jobtypes.py``)."""
@@ -329,7 +338,7 @@ class Backend(JobTypesMixin):
                 self._fail(record, when, _error_status(
                     "INVALID_ARGUMENT",
                     f"The replica workerpool0-0 exited with a non-zero status of {record.exit_code}. "
-                    "To find out more about why your job exited please check the logs."))
+                    f"To find out more about why your job exited please check the logs: {_logs_url(record)}"))
             else:
                 self._end(record, S.JOB_STATE_SUCCEEDED, when)
         elif kind == "preempt":
