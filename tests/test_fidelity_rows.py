@@ -41,7 +41,7 @@ def _resource(replicas: int, low: int | None, high: int | None) -> PersistentRes
 @pytest.mark.parametrize(("replicas", "low", "high", "field", "words"), [
     (2, 0, 4, "minReplicaCount", "at least 1"),
     (2, 3, 4, "minReplicaCount", "must not exceed replicaCount"),
-    (2, 1, 1, "maxReplicaCount", "must be at least replicaCount"),
+    (2, None, 1, "maxReplicaCount", "must be at least replicaCount"),
     (2, 2, 2, "maxReplicaCount", "greater than minReplicaCount"),
 ])
 def test_autoscaling_bounds_of_a_persistent_resource_are_refused_naming_the_field(replicas, low, high, field,
