@@ -64,3 +64,18 @@ def test_the_emulator_refuses_bad_autoscaling_bounds_with_a_400(emulator):
                              params={"persistentResourceId": "pool-a"}, json=body, timeout=10)
     assert response.status_code == 400
     assert "resourcePools[0].autoscalingSpec.minReplicaCount" in response.json()["error"]["message"]
+
+
+def test_a_reservation_with_local_ssds_cannot_be_consumed():
+    from airflow_gpu_sched.vertex.models import CustomJobSpec
+    from airflow_gpu_sched.vertex.reservations import Reservation, fit
+
+    spec = CustomJobSpec.model_validate(job()["jobSpec"])
+    props = {"machineType": "a2-highgpu-1g", "guestAccelerators": [
+        {"acceleratorType": "nvidia-tesla-a100", "acceleratorCount": 1}]}
+    plain = {"name": "r", "status": "READY", "specificReservation": {"count": "2", "inUseCount": "0",
+                                                                      "instanceProperties": props}}
+    assert fit(spec, Reservation.model_validate(plain)).problems == ()
+    with_ssd = {**plain, "specificReservation": {**plain["specificReservation"], "instanceProperties": {
+        **props, "localSsds": [{"diskSizeGb": "375", "interface": "NVME"}]}}}
+    assert [p for p in fit(spec, Reservation.model_validate(with_ssd)).problems if "Local SSD" in p]
