@@ -47,7 +47,7 @@ def test_emulator_serves_seeds_rejects_t4_and_filters_by_label(emulator_process,
         path = tmp_path / seed
         path.write_text(json.dumps(body))
         code, created = curl("-X", "POST", "-H", "Content-Type: application/json", "-d", f"@{path}", jobs)
-        assert code == 200 and created["state"] == "JOB_STATE_QUEUED"
+        assert code == 200 and created["state"] == "JOB_STATE_PENDING"  # the create answer (recorded)
 
     t4 = json.loads((DATA / "seed_000_flex_start.json").read_text())
     t4["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(machineType="n1-standard-4",

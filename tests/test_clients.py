@@ -45,8 +45,8 @@ def _job(i: int = 0, strategy: str = "FLEX_START", **labels) -> dict:
 
 def test_sync_client_full_round(client, emulator):
     created = client.create_custom_job(_job())
-    assert created.state is JobState.JOB_STATE_QUEUED and created.job_spec.strategy is Strategy.FLEX_START
-    assert client.get_custom_job(created.name).name == created.name
+    assert created.state is JobState.JOB_STATE_PENDING and created.job_spec.strategy is Strategy.FLEX_START
+    assert client.get_custom_job(created.name).state is JobState.JOB_STATE_QUEUED  # after the create's PENDING
     client.cancel_custom_job(created.name)
     emulator.advance(5)
     assert client.get_custom_job(created.name).state is JobState.JOB_STATE_CANCELLED

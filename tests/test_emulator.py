@@ -85,7 +85,8 @@ def job(strategy="STANDARD", run_seconds=600, exit_code=None, machine="a2-highgp
 @pytest.mark.parametrize("seed", ["seed_000_flex_start.json", "seed_001_spot.json"])
 def test_seed_bodies_are_accepted(vertex, seed):
     created = vertex.create(load_seed(seed))
-    assert created["state"] == "JOB_STATE_QUEUED"
+    assert created["state"] == "JOB_STATE_PENDING" and "startTime" not in created  # the create answer (recorded)
+    assert vertex.state(created["name"]) == "QUEUED"
     assert created["name"].startswith(f"{vertex.parent}/customJobs/")
     assert created["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == "1"
 

@@ -152,8 +152,14 @@ def test_tuning_job_runs_all_trials_in_parallel_waves_and_the_best_is_predictabl
     created = vertex.create_tuning(tuning(max_trials=4, parallel=2))
     name = created["name"]
     assert name.startswith(f"{PARENT}/hyperparameterTuningJobs/") and created["state"] == "JOB_STATE_PENDING"
-    assert [t["id"] for t in created["trials"]] == ["1", "2"]  # two trials started at once
-    first_job = vertex.job(created["trials"][0]["customJob"])
+    assert "trials" not in created  # recorded: no trials in the create answer, nor while QUEUED
+    queued = vertex.tuning(name)
+    assert queued["state"] == "JOB_STATE_QUEUED" and "trials" not in queued
+    emulator.advance(1)  # queueSeconds: admitted, PENDING again (recorded: PENDING -> QUEUED -> PENDING)
+    admitted = vertex.tuning(name)
+    assert admitted["state"] == "JOB_STATE_PENDING"
+    assert [t["id"] for t in admitted["trials"]] == ["1", "2"]  # two trials started at once
+    first_job = vertex.job(admitted["trials"][0]["customJob"])
     assert first_job["displayName"] == "tune-trial-1" and first_job["labels"] == {"team": "ml"}
     assert first_job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] == ["--epochs=3", "--layers=5"]
     emulator.advance(40)  # queued 1 s, provisioning 30 s: the first wave runs
@@ -185,6 +191,8 @@ def test_minimize_random_search_is_seeded_and_best_is_the_smallest(vertex, emula
     emulator.reset({"seed": 7, "speed": 1})  # same seed, same creation order: the same suggestions
     again = vertex.create_tuning(body)
     assert again["name"] == name
+    emulator.advance(1)  # the trials start once the tuning job leaves QUEUED
+    again = vertex.tuning(name)
     assert [t["parameters"][0]["value"] for t in again["trials"]] == [values[i] for i in ("1", "2", "3")]
 
 
@@ -438,7 +446,7 @@ def test_lists_filter_and_page_tuning_jobs_and_pipelines(vertex, emulator):
                        params={"pageSize": 2, "pageToken": first["nextPageToken"]})
     assert [j["displayName"] for j in rest["hyperparameterTuningJobs"]] == ["tune-0"] and "nextPageToken" not in rest
     picked = vertex.call("hyperparameterTuningJobs.list", "GET", path,
-                         params={"filter": 'labels.n="1" AND state="JOB_STATE_PENDING"'})
+                         params={"filter": 'labels.n="1" AND state="JOB_STATE_QUEUED"'})
     assert [j["displayName"] for j in picked["hyperparameterTuningJobs"]] == ["tune-1"]
     pipes = vertex.call("trainingPipelines.list", "GET", f"{PARENT}/trainingPipelines",
                         params={"filter": 'display_name:"pipe-*" AND NOT labels.n="0"'})

@@ -54,7 +54,8 @@ def test_custom_job_life_cycle_through_the_sdk(jobs, emulator):
     spec.scheduling.max_wait_duration = {"seconds": 1800}
     created = jobs.create_custom_job(parent=PARENT, custom_job=v1.CustomJob(
         display_name="sdk-job", labels={"team": "ml"}, job_spec=spec))
-    assert created.name.startswith(f"{PARENT}/customJobs/") and created.state == v1.JobState.JOB_STATE_QUEUED
+    assert created.name.startswith(f"{PARENT}/customJobs/") and created.state == v1.JobState.JOB_STATE_PENDING
+    assert jobs.get_custom_job(name=created.name).state == v1.JobState.JOB_STATE_QUEUED  # create answers PENDING
     assert created.job_spec.scheduling.strategy == v1.Scheduling.Strategy.FLEX_START
     assert created.job_spec.scheduling.max_wait_duration.total_seconds() == 1800
     jobs.create_custom_job(parent=PARENT, custom_job=v1.CustomJob(display_name="other", job_spec=job_spec()))
@@ -95,7 +96,10 @@ def test_tuning_job_through_the_sdk(jobs, emulator):
     created = jobs.create_hyperparameter_tuning_job(parent=PARENT, hyperparameter_tuning_job=v1.HyperparameterTuningJob(
         display_name="sdk-tune", max_trial_count=2, parallel_trial_count=2, study_spec=spec,
         trial_job_spec=job_spec(run_seconds=30)))
-    assert created.state == v1.JobState.JOB_STATE_PENDING and [t.id for t in created.trials] == ["1", "2"]
+    assert created.state == v1.JobState.JOB_STATE_PENDING and not created.trials  # recorded: none yet
+    emulator.advance(1)
+    admitted = jobs.get_hyperparameter_tuning_job(name=created.name)
+    assert admitted.state == v1.JobState.JOB_STATE_PENDING and [t.id for t in admitted.trials] == ["1", "2"]
     emulator.advance(200)
     done = jobs.get_hyperparameter_tuning_job(name=created.name)
     assert done.state == v1.JobState.JOB_STATE_SUCCEEDED

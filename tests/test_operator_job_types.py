@@ -184,7 +184,7 @@ def _set_quota(emulator, metric: str, limit: int) -> None:
 def test_a_quota_below_the_need_fails_before_any_create_naming_the_metric(airflow):
     from airflow.sdk import DAG
 
-    _set_quota(airflow, PREEMPTIBLE_A100, 3)  # four parallel trials x 1 GPU = 4 needed
+    _set_quota(airflow, PREEMPTIBLE_A100, 0)  # not even one trial (1 GPU) fits: Vertex would refuse it
 
     with DAG("quota_too_low", schedule=None, start_date=START) as dag:
         _operator("SPOT", "hyperparameter_tuning_job", parallel_trial_count=4)
@@ -195,7 +195,21 @@ def test_a_quota_below_the_need_fails_before_any_create_naming_the_metric(airflo
     ledger = result.task_state_store["train"]["airflow_gpu_sched.ledger"]
     error = ledger["attempts"][0]["error"]
     assert "custom_model_training_preemptible_nvidia_a100_gpus" in error and LOCATION in error
-    assert "is 3, the job needs 4" in error and "request an increase" in error
+    assert "is 0, the job needs 1" in error and "request an increase" in error
+
+
+def test_parallel_trials_past_the_quota_are_not_refused_they_wait_their_turn(airflow):
+    """Vertex refuses only a trial that alone exceeds the quota; the others wait QUEUED for it
+    ("Understand the training service"), so the preflight must not stop the job."""
+    from airflow.sdk import DAG
+
+    _set_quota(airflow, PREEMPTIBLE_A100, 1)  # two parallel trials x 1 GPU: one at a time
+    with DAG("quota_trials_wait", schedule=None, start_date=START) as dag:
+        _operator("SPOT", "hyperparameter_tuning_job", parallel_trial_count=2, max_trial_count=2)
+
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success"
+    assert airflow.stats()["hyperparameterTuningJobsCreated"] == 1
 
 
 def test_a_plan_skips_the_step_whose_quota_cannot_fit(airflow):

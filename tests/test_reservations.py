@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 import requests
@@ -129,6 +130,28 @@ def test_the_compute_table_is_what_the_discovery_document_gives():
 
     assert compute_schema.load() == _regenerated(), (
         "regenerate: python -m airflow_gpu_sched.vertex.compute_schema --regenerate")
+
+
+def test_the_compute_query_parameters_are_the_discovery_documents():
+    """Each served compute method takes exactly the query parameters compute v1 documents
+    (reservations.list: no returnPartialSuccess in v1), and refuses another."""
+    from airflow_gpu_sched.emulator.reservations import QUERY_PARAMETERS
+    from airflow_gpu_sched.vertex import compute_schema
+
+    document = json.loads(Path(compute_schema._discovery_path()).read_text())
+    methods = {**{f"reservations.{k}": v for k, v in document["resources"]["reservations"]["methods"].items()},
+               **{f"zoneOperations.{k}": v for k, v in document["resources"]["zoneOperations"]["methods"].items()}}
+    for rpc, params in QUERY_PARAMETERS.items():
+        documented = {n for n, p in methods[rpc]["parameters"].items() if p["location"] == "query"}
+        assert set(params) == documented, rpc
+    assert "returnPartialSuccess" not in QUERY_PARAMETERS["reservations.list"]
+
+
+def test_reservations_list_refuses_return_partial_success(emulator):
+    url = f"{emulator.url}/compute/v1/projects/{PROJECT}/zones/us-central1-a/reservations"
+    response = requests.get(url, params={"returnPartialSuccess": "true"}, timeout=10)
+    assert response.status_code == 400 and "returnPartialSuccess" in response.json()["error"]["message"]
+    assert requests.get(url, params={"maxResults": "5"}, timeout=10).status_code == 200
 
 
 def _regenerated() -> dict:

@@ -51,6 +51,7 @@ from pydantic import ValidationError
 from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
 from airflow_gpu_sched.emulator.capacity import CapacityLedger, tier_of
 from airflow_gpu_sched.emulator.clock import EmulatedClock
+from airflow_gpu_sched.emulator.defaults import fill_server_defaults
 from airflow_gpu_sched.emulator.fieldmask import FieldMaskError, parse_read_mask
 from airflow_gpu_sched.emulator.fieldmask import project as project_mask
 from airflow_gpu_sched.emulator.filters import FilterError, parse_filter
@@ -162,6 +163,15 @@ def _affinity_reservation(spec: Any) -> str | None:
 def _cached_filter(text: str, collection: str):
     return parse_filter(text, collection)
 
+
+
+def _logs_url(record: JobRecord) -> str:
+    """The Cloud Logging link Vertex puts after "please check the logs:" in a failed job's error
+    (observed in public job logs; the real one carries the project number)."""
+    job_id = record.job.job_id
+    return (f"https://console.cloud.google.com/logs/viewer?project={record.project}"
+            f"&resource=ml_job%2Fjob_id%2F{job_id}&advancedFilter=resource.type%3D%22ml_job%22"
+            f"%0Aresource.labels.job_id%3D%22{job_id}%22")
 
 class Backend(JobTypesMixin):
     """All emulated state. Not thread-safe: the HTTP app calls it from one event loop.
@@ -319,6 +329,8 @@ class Backend(JobTypesMixin):
                 self._pipeline_refused(key, when)
             elif kind == "resource_ready":
                 self._resource_ready(key, when)
+            elif kind.startswith("tuning_"):
+                self._tuning_event(kind, key, when)
             else:
                 record = self.jobs.get(key)
                 if record is not None and epoch in (record.epoch, ANY_EPOCH):
@@ -334,7 +346,7 @@ class Backend(JobTypesMixin):
                 self._fail(record, when, _error_status(
                     "INVALID_ARGUMENT",
                     f"The replica workerpool0-0 exited with a non-zero status of {record.exit_code}. "
-                    "To find out more about why your job exited please check the logs."))
+                    f"To find out more about why your job exited please check the logs: {_logs_url(record)}"))
             else:
                 self._end(record, S.JOB_STATE_SUCCEEDED, when)
         elif kind == "preempt":
@@ -561,8 +573,12 @@ class Backend(JobTypesMixin):
         found = check_custom_job(job)
         if found:
             raise violations_error(found)
+        job = job.model_copy(update={"job_spec": fill_server_defaults(job.job_spec)})  # recorded: diskSpec
         record = self._new_job(project, location, job, self.clock.now(), admitted=False)
         answer = record.wire()  # the create answer has no startTime yet (recorded)
+        if answer.get("state") == S.JOB_STATE_QUEUED.value:
+            # recorded: the create answers PENDING; the next read shows the job QUEUED
+            answer = {**answer, "state": S.JOB_STATE_PENDING.value}
         self._set_admission_start(record)
         return answer
 
@@ -655,7 +671,7 @@ class Backend(JobTypesMixin):
     def _job(self, name: str) -> JobRecord:
         record = self.jobs.get(name)
         if record is None:
-            raise ApiError("NOT_FOUND", f'The CustomJob "{name}" does not exist.')
+            raise ApiError("NOT_FOUND", "The CustomJob does not exist.")  # recorded: no name in it
         return record
 
     def list_custom_jobs(self, project: str, location: str, filter_text: str = "",

@@ -6,7 +6,9 @@ capacity and quota apply to them unchanged; every state change of such a custom 
 :meth:`JobTypesMixin._child_changed`, at its own emulated time.
 
 Tuning job (``hyperparameterTuningJobs``), the emulator's choices marked *:
-    create -> JOB_STATE_PENDING*, with ``parallelTrialCount`` trials started at once; each trial
+    create -> answers JOB_STATE_PENDING with no trials, then JOB_STATE_QUEUED with no trials
+        (both recorded) for ``queueSeconds``*, then JOB_STATE_PENDING* with ``parallelTrialCount``
+        trials started at once (recorded: PENDING -> QUEUED -> PENDING); each trial
         is a custom job ``<display name>-trial-<n>`` with the ``trialJobSpec`` (scheduling, labels
         included) and ``--<parameterId>=<value>`` appended to every pool's args
     first trial job RUNNING -> JOB_STATE_RUNNING (startTime)
@@ -51,6 +53,7 @@ from airflow_gpu_sched.emulator import studies
 from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
 from airflow_gpu_sched.emulator.paging import coerce_page_size, encode_token, offset_page
 from airflow_gpu_sched.emulator.capacity import tier_of
+from airflow_gpu_sched.emulator.defaults import fill_server_defaults
 from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
     Measurement,
@@ -189,13 +192,17 @@ class JobTypesMixin:
         name = f"projects/{project}/locations/{location}/hyperparameterTuningJobs/{next(self._ids)}"
         job = job.model_copy(update={
             "name": name, "state": S.JOB_STATE_PENDING, "create_time": now, "update_time": now,
-            "start_time": None, "end_time": None, "error": None, "trials": [],
+            "start_time": None, "end_time": None, "error": None,
+            "trials": None,  # proto3 JSON leaves out an empty list (recorded: no "trials" key)
+            "trial_job_spec": fill_server_defaults(spec),  # recorded: diskSpec filled in
         })
         record = TuningRecord(job, project, location, next(self._seq), history=[(S.JOB_STATE_PENDING.value, now)])
         self.tuning_jobs[name] = record
         self.stats["hyperparameterTuningJobsCreated"] = self.stats.get("hyperparameterTuningJobsCreated", 0) + 1
-        self._tuning_progress(record, now)
-        answer = record.wire()  # the create answer has no startTime (recorded)
+        answer = record.wire()  # recorded: PENDING, no trials, no startTime
+        # recorded: then QUEUED with no trials; the trials start after queueSeconds (PENDING again)
+        self._tuning_state(record, S.JOB_STATE_QUEUED, now)
+        self._schedule(now + timedelta(seconds=self.scenario.queue_seconds), "tuning_admitted", name)
         if self.scenario.variants.start_time == "admission" and record.job.start_time is None:
             record.job.start_time = now + ADMISSION_START  # recorded: set at admission
         return answer
@@ -203,7 +210,7 @@ class JobTypesMixin:
     def _tuning(self, name: str) -> TuningRecord:
         record = self.tuning_jobs.get(name)
         if record is None:
-            raise ApiError("NOT_FOUND", f'The HyperparameterTuningJob "{name}" does not exist.')
+            raise ApiError("NOT_FOUND", "The HyperparameterTuningJob does not exist.")  # recorded: no name
         return record
 
     def get_hyperparameter_tuning_job(self, name: str) -> dict:
@@ -226,8 +233,11 @@ class JobTypesMixin:
         if state is not S.JOB_STATE_CANCELLING:
             now = self.clock.now()
             self._tuning_state(record, S.JOB_STATE_CANCELLING, now)
-            self._stop_trials(record, now)
-            self._tuning_progress(record, now)
+            if record.trial_jobs:
+                self._stop_trials(record, now)
+                self._tuning_progress(record, now)
+            else:  # no trial to stop; recorded: still CANCELLED only seconds later (cancelSeconds)
+                self._schedule(now + timedelta(seconds=self.scenario.cancel_seconds), "tuning_cancelled", name)
         return {}
 
     def delete_hyperparameter_tuning_job(self, name: str) -> dict:
@@ -238,6 +248,17 @@ class JobTypesMixin:
                                     "cancel it and wait for it to end before deleting it.")
         del self.tuning_jobs[name]
         return self._done_operation(record.project, record.location, "DeleteOperationMetadata")
+
+    def _tuning_event(self, kind: str, name: str, when: datetime) -> None:
+        record = self.tuning_jobs.get(name)
+        if record is None:
+            return
+        if kind == "tuning_admitted" and record.job.state is S.JOB_STATE_QUEUED:
+            self._tuning_state(record, S.JOB_STATE_PENDING, when)
+            self._tuning_progress(record, when)
+        elif kind == "tuning_cancelled" and record.job.state is S.JOB_STATE_CANCELLING:
+            record.job.error = Status(code=1, message="CANCELED")
+            self._tuning_state(record, S.JOB_STATE_CANCELLED, when)
 
     def _tuning_state(self, record: TuningRecord, state: JobState, when: datetime) -> None:
         record.job.state = state
@@ -320,6 +341,8 @@ class JobTypesMixin:
             return
         trials = job.trials or []
         active = sum(1 for t in trials if not t.state.is_terminal())  # type: ignore[union-attr]
+        if job.state is S.JOB_STATE_QUEUED:  # not admitted yet: no trials
+            return
         if job.state is S.JOB_STATE_CANCELLING:
             if active == 0:  # as the scenario's cancelOutcome says, if it ran (as a custom job)
                 ran = len(record.history) >= 2 and record.history[-2][0] == S.JOB_STATE_RUNNING.value

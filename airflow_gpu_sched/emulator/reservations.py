@@ -39,11 +39,12 @@ from airflow_gpu_sched.vertex.reservations import Reservation, fit
 from airflow_gpu_sched.vertex.strict_json import body_errors
 
 SELF_LINK_ROOT = "https://www.googleapis.com/compute/v1/"
-# compute v1 discovery document, each method's query parameters (its path parameters aside)
+# compute v1 discovery document, each method's query parameters (its path parameters aside);
+# reservations.list has no returnPartialSuccess in v1 (tests/test_reservations.py keeps them equal)
 QUERY_PARAMETERS = {
     "reservations.insert": ("requestId",),
     "reservations.get": (),
-    "reservations.list": ("filter", "maxResults", "orderBy", "pageToken", "returnPartialSuccess"),
+    "reservations.list": ("filter", "maxResults", "orderBy", "pageToken"),
     "zoneOperations.get": (),
 }
 _HTTP_REASON = {400: "invalid", 404: "notFound", 409: "alreadyExists", 403: "forbidden"}

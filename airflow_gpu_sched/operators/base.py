@@ -663,9 +663,9 @@ class VertexTrainingOperator(BaseOperator):
         from airflow_gpu_sched.orchestration.quota import shortfalls
 
         spec = self.build_job(step=step).job_spec
-        parallel = self.job_kind.parallelism(self.job_options())
-        demand = {acc: need * parallel for acc, need in spec.accelerator_demand().items()}
-        found = shortfalls(self.client(location), self.project_id, location, step.strategy, demand)
+        # one copy (a tuning job's trial): parallel trials past the quota wait their turn (quota.at_once)
+        found = shortfalls(self.client(location), self.project_id, location, step.strategy,
+                           spec.accelerator_demand())
         if found is None:
             return engine.QuotaRead(now=_now(), unreadable=True)
         return engine.QuotaRead(now=_now(), too_low="; ".join(str(s) for s in found) or None)

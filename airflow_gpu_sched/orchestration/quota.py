@@ -55,6 +55,18 @@ def increase_hint(service_message: str, region: str, project: str) -> str:
             f"quotas?project={project} (filter: {ids}, region {region})")
 
 
+def at_once(limit: int, per_copy: int, parallel: int) -> int:
+    """How many copies of a spec (a tuning job's parallel trials) run at once under ``limit``.
+    The preflight refuses only when not even one fits: Vertex answers 429 at create only to a
+    job whose one trial alone exceeds a limit (observed: stable-diffusion-on-gcp#12), and keeps
+    trials beyond the free quota QUEUED until quota frees ("Understand the training service":
+    "keeps the job queued until you have sufficient quotas"), so refusing them would stop a job
+    that runs, only slower."""
+    if limit <= UNLIMITED or per_copy <= 0:
+        return parallel
+    return min(parallel, limit // per_copy)
+
+
 def metric_for(accelerator: AcceleratorType, strategy: str) -> str:
     return gpu_quota_metric(accelerator, preemptible=strategy in PREEMPTIBLE_STRATEGIES)
 

@@ -319,7 +319,7 @@ class QuotaRow:
 
 def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[QuotaRow]:
     """What each (step, region) of the task holds at once against the region's quota."""
-    from airflow_gpu_sched.orchestration.quota import NO_QUOTA_STRATEGIES, UNLIMITED, metric_for
+    from airflow_gpu_sched.orchestration.quota import NO_QUOTA_STRATEGIES, UNLIMITED, at_once, metric_for
     from airflow_gpu_sched.vertex.client import VertexError
     from airflow_gpu_sched.vertex.job_type_models import quota_limit
 
@@ -350,8 +350,11 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
             limit = quota_limit(infos, metric, region)
             if limit is None or limit <= UNLIMITED:
                 verdict = "ok (no limit reported)"
+            elif need > limit:  # not even one copy (trial) fits: Vertex refuses it (quota.at_once)
+                verdict = f"TOO LOW: needs {need}, limit {limit}"
             elif need * parallel > limit:
-                verdict = f"TOO LOW: needs {need * parallel}, limit {limit}"
+                verdict = (f"ok: {at_once(limit, need, parallel)} of {parallel} parallel trials at once, "
+                           "the others wait for quota")
             else:
                 verdict = "ok"
             rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,

@@ -43,6 +43,7 @@ class ReservedInstanceProperties(VertexModel):
     model_config = _OPEN
     machine_type: str | None = None
     guest_accelerators: list[AcceleratorConfig] | None = None
+    local_ssds: list[dict[str, Any]] | None = None
 
 
 class SpecificReservation(VertexModel):
@@ -173,6 +174,8 @@ def fit(spec: CustomJobSpec, reservation: Reservation) -> Fit:
     needed = sum(pool.replicas for _, pool in spec.active_pools())
     if reservation.status != "READY":
         problems.append(f"status is {reservation.status or 'unknown'}, not READY")
+    if props.local_ssds:  # documented: "Vertex AI can't consume reservations of VMs that have Local SSD disks"
+        problems.append("its VMs have Local SSD disks attached (localSsds), which Vertex AI cannot consume")
     reserved_gpus = sorted((compute_accelerator(a.accelerator_type.rsplit("/", 1)[-1]) if a.accelerator_type else "",
                             a.accelerator_count or 0) for a in props.guest_accelerators or [])
     for index, pool in spec.active_pools():

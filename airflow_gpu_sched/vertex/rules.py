@@ -393,7 +393,29 @@ def check_persistent_resource(resource: PersistentResource, resource_id: str) ->
         found += _check_machine(pool.machine_spec, f"{path}.machineSpec")
         if pool.capacity < 1:
             found.append(Violation(f"{path}.replicaCount", "must be at least 1"))
+        if pool.autoscaling_spec is not None:
+            found += _check_autoscaling(pool.autoscaling_spec, pool.replica_count, f"{path}.autoscalingSpec")
     found += check_labels(resource.labels or {}, "labels")
+    return found
+
+
+def _check_autoscaling(spec, replicas: int | None, path: str) -> list[Violation]:
+    """``ResourcePool.AutoscalingSpec`` (persistent_resource.proto): min > 0 for a persistent
+    resource, min <= replicaCount and min < max; max >= replicaCount and max > min."""
+    found = []
+    low, high = spec.min_replica_count, spec.max_replica_count
+    if low is not None:
+        if low < 1:
+            found.append(Violation(f"{path}.minReplicaCount", f"must be at least 1 for a persistent resource "
+                                                              f"(got {low})"))
+        elif replicas is not None and low > replicas:
+            found.append(Violation(f"{path}.minReplicaCount", f"must not exceed replicaCount ({low} > {replicas})"))
+    if high is not None:
+        if replicas is not None and high < replicas:
+            found.append(Violation(f"{path}.maxReplicaCount", f"must be at least replicaCount ({high} < {replicas})"))
+        if low is not None and high <= low:
+            found.append(Violation(f"{path}.maxReplicaCount",
+                                   f"must be greater than minReplicaCount ({high} <= {low})"))
     return found
 
 
