@@ -10,8 +10,8 @@ custom job or tuning job on real Vertex AI, 2026-07-08) is replayed by a real HT
 - the errors are typed as Google's status says (404 -> NotFoundError, its message kept);
 - the decisions classify each recorded job as what it was: waiting, then cancelled, never run.
   None of these jobs was ever RUNNING, though every read after the create has a ``startTime``
-  (set at admission). The assertions that need "got capacity" decided from observed states (the
-  capacity branch, issue 21 item 1) are strict xfails here until it is merged.
+  (set at admission): "got capacity" is decided from the observed states
+  (``orchestration/state_times.py``, issue 21 item 1), never from ``startTime``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from airflow_gpu_sched.vertex.client import AsyncVertexClient, NotFoundError, Ve
 from airflow_gpu_sched.vertex.models import JobState, Operation
 
 PROJECT, LOCATION = "cloud-custodian", "us-central1"
-NEEDS_CAPACITY = pytest.mark.xfail(strict=True, reason="needs capacity branch: 'got capacity' from observed "
-                                                        "states, not startTime (issue 21 item 1)")
 WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}
 SCHEMA = {"customJobs": "GoogleCloudAiplatformV1CustomJob",
           "hyperparameterTuningJobs": "GoogleCloudAiplatformV1HyperparameterTuningJob"}
@@ -194,7 +192,6 @@ def test_a_recorded_job_goes_back_from_queued_to_pending():
     assert states[:3] == ["JOB_STATE_PENDING", "JOB_STATE_QUEUED", "JOB_STATE_PENDING"]
 
 
-@NEEDS_CAPACITY
 @pytest.mark.parametrize("name", FLIGHTS)
 def test_a_recorded_job_with_a_start_time_that_never_ran_did_not_get_capacity(name):
     """Every read has a startTime, none was RUNNING: never "ran", the bound before RUNNING
