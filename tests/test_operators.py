@@ -31,7 +31,7 @@ from airflow_gpu_sched.orchestration.errors import (
     VertexUnreachable,
 )
 from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
-from tests.conftest import FAST, LOCATION, PROJECT, with_a100_pool
+from tests.conftest import FAST, FORCED_VARIANTS, LOCATION, PROJECT, with_a100_pool
 
 
 class Store:
@@ -248,25 +248,56 @@ def _cancel_first_job_soon(op, delay: float = 0.3, running_for: float | None = N
     return thread
 
 
-def test_a_cancel_by_the_cleared_earlier_try_landing_after_this_try_re_attached_trains_anew(fast_emulator):
+# How a cancel of a RUNNING job ends (job_state.proto: CANCELLING "may only go to either
+# JOB_STATE_SUCCEEDED, JOB_STATE_FAILED or JOB_STATE_CANCELLED"): the emulator's cancelOutcome.
+CANCEL_OUTCOMES = ("cancelled", "succeeded", "failed")
+
+
+def _with_cancel_outcome(emulator, outcome: str) -> str:
+    """Reset the emulator with ``cancelOutcome``; the outcome in force (EMULATOR_VARIANTS wins)."""
+    emulator.reset({**FAST, "variants": {"cancelOutcome": outcome}})
+    return FORCED_VARIANTS.get("cancelOutcome", outcome)
+
+
+@pytest.mark.parametrize("outcome", CANCEL_OUTCOMES)
+def test_a_cancel_by_the_cleared_earlier_try_landing_after_this_try_re_attached_trains_anew(fast_emulator, outcome):
     """A cleared deferred task: the next try can re-attach before the earlier try's trigger
-    (on_kill) cancels the job; that cancel must not fail the new try: it submits a new job."""
+    (on_kill) cancels the job; that cancel must not fail the new try: it submits a new job. A job
+    the cancel ended FAILED (its container killed by the cancel's SIGTERM, exit 143) is cancelled,
+    not the user's code failing; one that completed despite the cancel is used (its output is there)."""
+    outcome = _with_cancel_outcome(fast_emulator, outcome)
     op = flex(env={"EMULATOR_RUN_SECONDS": "300"})  # 3 s real: the cancel lands while it runs
     job = op.client().create_custom_job(op.build_job())
     store = _recorded(Store(), job.name)
     store.data[LEDGER_KEY]["job_try"] = 1  # try 1 submitted it, then was cleared while deferred
-    canceller = _cancel_first_job_soon(op)
+    canceller = _cancel_first_job_soon(op, running_for=0.3)  # RUNNING when cancelled: cancelOutcome applies
     result = op.execute({"task_state_store": store, "ti": _Ti(2)})
     canceller.join()
-    assert [a["state"] for a in result["attempts"]] == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"]
+    if outcome == "succeeded":
+        assert [a["state"] for a in result["attempts"]] == ["JOB_STATE_SUCCEEDED"]
+        assert result["job_name"] == job.name and fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
+        return
+    ended = {"cancelled": "JOB_STATE_CANCELLED", "failed": "JOB_STATE_FAILED"}[outcome]
+    assert [a["state"] for a in result["attempts"]] == [ended, "JOB_STATE_SUCCEEDED"]
+    assert result["attempts"][0]["run_seconds"] > 0  # it ran until the cancel: its GPU time counts
     assert result["job_name"] != job.name and fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 2}
 
 
-def test_a_job_cancelled_outside_airflow_while_its_own_try_waits_fails_the_task(fast_emulator):
+@pytest.mark.parametrize("outcome", CANCEL_OUTCOMES)
+def test_a_job_cancelled_outside_airflow_while_its_own_try_waits_fails_the_task(fast_emulator, outcome):
+    """Cancelled by someone else while RUNNING: the task fails as cancelled, also when the cancel
+    ended the job FAILED (exit 143 on the cancel's SIGTERM: not a failure of the user's code). A
+    job that completed despite the cancel (SUCCEEDED) did train: the task succeeds with it."""
+    outcome = _with_cancel_outcome(fast_emulator, outcome)
     op = flex(env={"EMULATOR_RUN_SECONDS": "300"})
     canceller = _cancel_first_job_soon(op, running_for=1.0)  # seen RUNNING first: a cancel while queued is capacity's
-    with pytest.raises(TrainingJobCancelled, match="cancelled outside this task"):
-        op.execute({"task_state_store": Store(), "ti": _Ti(1)})
+    if outcome == "succeeded":
+        result = op.execute({"task_state_store": Store(), "ti": _Ti(1)})
+        assert result["state"] == "JOB_STATE_SUCCEEDED" and len(result["attempts"]) == 1
+    else:
+        with pytest.raises(TrainingJobCancelled, match="cancelled outside this task") as raised:
+            op.execute({"task_state_store": Store(), "ti": _Ti(1)})
+        assert not isinstance(raised.value, TrainingJobFailed)
     canceller.join()
     assert fast_emulator.stats()["jobsCreated"] == {"FLEX_START": 1}
 

@@ -196,3 +196,62 @@ def test_a_flex_start_job_first_seen_cancelled_at_its_max_wait_is_a_capacity_out
     assert event_for_job(job, times=_times("JOB_STATE_CANCELLED"))["status"] == Event.CAPACITY_TIMEOUT.value
     early = job.model_copy(update={"end_time": job.end_time - timedelta(minutes=5)})
     assert event_for_job(early, times=_times("JOB_STATE_CANCELLED"))["status"] == Event.CANCELLED.value
+
+
+# ---------------------------------------------------------------------------- a cancel that ends FAILED or SUCCEEDED
+# job_state.proto: CANCELLING "may only go to either JOB_STATE_SUCCEEDED, JOB_STATE_FAILED or
+# JOB_STATE_CANCELLED" (the emulator's variant cancelOutcome).
+
+SIGTERM_EXIT = "The replica workerpool0-0 exited with a non-zero status of 143 (SIGTERM)."
+
+
+def _failed(message: str, **extra) -> CustomJob:
+    return CustomJob.model_validate({"name": "projects/p/locations/l/customJobs/1", "state": "JOB_STATE_FAILED",
+                                     "createTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:10:00Z",
+                                     "error": {"code": 3, "message": message}, **extra})
+
+
+def test_a_job_seen_cancelling_that_ended_failed_is_cancelled_not_the_users_failure():
+    from airflow_gpu_sched.orchestration.outcomes import cancel_ended
+
+    times = _times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
+    event = event_for_job(_failed(SIGTERM_EXIT), times=times)
+    assert event["status"] == Event.CANCELLED.value and event["cancel_ended"] == "JOB_STATE_FAILED"
+    assert cancel_ended(_failed(SIGTERM_EXIT), times)
+    # the same error with no cancel seen, none of ours and no cancel wording: the user's code
+    unseen = _times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING")
+    assert event_for_job(_failed(SIGTERM_EXIT), times=unseen)["status"] == Event.FAILED.value
+    # a job we cancelled (cancel_ended asks about our cancel): any exit the user's code would own is the cancel's
+    assert cancel_ended(_failed("The replica workerpool0-0 exited with a non-zero status of 1."), unseen)
+
+
+def test_a_failed_end_is_the_cancels_when_we_cancelled_it_or_its_error_says_so():
+    unseen = _times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING")  # the poll missed CANCELLING
+    assert event_for_job(_failed(SIGTERM_EXIT), times=unseen, ours=True)["status"] == Event.CANCELLED.value
+    said = _failed("The replica workerpool0-0 exited with a non-zero status of 143 (SIGTERM) while the job "
+                   "was being cancelled.")
+    assert event_for_job(said, times=unseen)["status"] == Event.CANCELLED.value
+    assert event_for_job(said)["status"] == Event.CANCELLED.value  # found ended: the wording alone tells
+
+
+def test_a_cancelled_job_keeps_a_capacity_kind_and_a_success_stays_a_success():
+    from airflow_gpu_sched.orchestration.outcomes import cancel_ended
+
+    cancelling = _times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
+    stockout = _failed("The job was preempted 4 times: Spot VM capacity was reclaimed (STOCKOUT).")
+    assert event_for_job(stockout, times=cancelling, ours=True)["status"] == Event.PREEMPTED.value
+    assert not cancel_ended(stockout, cancelling)
+    done = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_SUCCEEDED")
+    assert event_for_job(done, times=cancelling, ours=True)["status"] == Event.SUCCEEDED.value
+    assert not cancel_ended(done, cancelling)  # it completed despite the cancel: its output is used
+
+
+def test_a_job_the_cancel_ended_failed_ran_so_its_gpu_time_counts():
+    from airflow_gpu_sched.orchestration import state_times
+
+    job = _failed(SIGTERM_EXIT)
+    span = state_times.running_span(job, _times("JOB_STATE_QUEUED"), Event.CANCELLED.value)
+    assert span is not None and span["source"] == "end"  # RUNNING unseen, but only a running container exits 143
+    cancelled = CustomJob.model_validate({**job.model_dump(by_alias=True, exclude_none=True),
+                                          "state": "JOB_STATE_CANCELLED"})
+    assert state_times.running_span(cancelled, _times("JOB_STATE_QUEUED"), Event.CANCELLED.value) is None

@@ -51,6 +51,12 @@ BUILT_IN: dict[str, tuple[str, ...]] = {
     "preempted": (r"stockout", r"preempt", r"resources are insufficient", r"spot vm", r"capacity was reclaimed"),
 }
 
+# A FAILED end that is a cancel's: CANCELLING "may only go to either JOB_STATE_SUCCEEDED,
+# JOB_STATE_FAILED or JOB_STATE_CANCELLED" (job_state.proto); the container killed by the cancel's
+# SIGTERM exits 143. Google documents no message for it: the wording is assumed (the emulator's,
+# variant cancelOutcome: failed); a watch that saw CANCELLING knows it without the wording.
+CANCEL_ENDED = re.compile(r"while the job was being cancel", re.I)
+
 
 class FailurePatternsError(ValueError):
     """The ``[gpu_sched] failure_patterns`` option is not what it must be."""

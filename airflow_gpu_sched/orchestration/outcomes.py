@@ -79,13 +79,36 @@ def event_kind(job: CustomJob, times: dict[str, Any] | None = None, ours: bool =
                 return Event.CAPACITY_TIMEOUT
         return Event.CANCELLED
     if state is JobState.JOB_STATE_FAILED:
-        return classify_failure(job.error)
+        kind = classify_failure(job.error)
+        if kind is Event.FAILED and not timed_out(job, times) and cancel_failed(job, times, ours):
+            return Event.CANCELLED  # the cancel's SIGTERM ended it: no failure of the user's code
+        return kind
     if state is JobState.JOB_STATE_EXPIRED and not state_times.seen_running(times):
         # Google does not say what a FLEX_START job shows when maxWaitDuration runs out: FAILED
         # (classified by its error), EXPIRED or CANCELLED. One not seen RUNNING waited for
         # capacity and got none: a capacity outcome, never the user's failure.
         return Event.CAPACITY_TIMEOUT
     return Event.FAILED  # EXPIRED after running, PARTIALLY_SUCCEEDED: not a success we can vouch for
+
+
+def cancel_failed(job: CustomJob, times: dict[str, Any] | None = None, ours: bool = False) -> bool:
+    """A FAILED job whose end is a cancel's: CANCELLING "may only go to either JOB_STATE_SUCCEEDED,
+    JOB_STATE_FAILED or JOB_STATE_CANCELLED" (job_state.proto), and a container the cancel's SIGTERM
+    killed exits non-zero. Told by: we cancelled it (``ours``: a bound, a lost race), a poll saw it
+    CANCELLING (an earlier try's on_kill, a user), or its error says it (the assumed wording,
+    :data:`failure_patterns.CANCEL_ENDED`). Only a failure classified as the user's comes here: a
+    stockout or a quota end keeps its kind. A cancelled job that SUCCEEDED is not one: it did
+    complete, and its output is used (docs/operators.md)."""
+    if job.state is not JobState.JOB_STATE_FAILED:
+        return False
+    message = (job.error.message if job.error else None) or ""
+    return ours or state_times.seen_cancelling(times) or bool(failure_patterns.CANCEL_ENDED.search(message))
+
+
+def cancel_ended(job: CustomJob, times: dict[str, Any] | None = None) -> bool:
+    """Our cancel (a bound's, a lost race's) ended the job: CANCELLED, or FAILED by the cancel's
+    SIGTERM (:func:`cancel_failed`). SUCCEEDED, a stockout or a quota end are ends of their own."""
+    return event_kind(job, times, ours=True) is Event.CANCELLED
 
 
 def timed_out(job: CustomJob, times: dict[str, Any] | None = None) -> bool:
@@ -113,6 +136,8 @@ def event_for_job(job: CustomJob, observed_restarts: int = 0, times: dict[str, A
         payload["timed_out"] = True
         if job.state is JobState.JOB_STATE_CANCELLED:
             payload["message"] = "the service cancelled the job when its scheduling.timeout ran out"
+    if kind is Event.CANCELLED and job.state is JobState.JOB_STATE_FAILED:
+        payload["cancel_ended"] = job.state.value  # CANCELLING ended FAILED (the cancel's SIGTERM)
     if kind is Event.CAPACITY_TIMEOUT and job.state is JobState.JOB_STATE_CANCELLED:
         payload["cancelled_waiting"] = True  # not by us, never seen RUNNING
         payload["message"] = "the service cancelled the job before it was seen RUNNING (no capacity in time)"

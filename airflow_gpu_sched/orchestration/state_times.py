@@ -28,6 +28,7 @@ from typing import Any
 from airflow_gpu_sched.vertex.models import CustomJob, JobState, format_timestamp
 
 RUNNING = JobState.JOB_STATE_RUNNING.value
+CANCELLING = JobState.JOB_STATE_CANCELLING.value
 WAITING = frozenset({JobState.JOB_STATE_QUEUED.value, JobState.JOB_STATE_PENDING.value,
                      JobState.JOB_STATE_UNSPECIFIED.value})
 # the service cancels at scheduling.timeout counted from the first RUNNING: an end this close to
@@ -71,6 +72,11 @@ def refine(times: dict[str, Any], state: str, when: datetime) -> dict[str, Any]:
 
 def seen_running(times: dict[str, Any] | None) -> bool:
     return bool(times) and RUNNING in times["seen"]
+
+
+def seen_cancelling(times: dict[str, Any] | None) -> bool:
+    """A poll saw the job CANCELLING: someone (we, an earlier try's on_kill, a user) cancelled it."""
+    return bool(times) and CANCELLING in times["seen"]
 
 
 def seen_waiting(times: dict[str, Any] | None) -> bool:
@@ -158,8 +164,9 @@ def running_span(job: CustomJob, times: dict[str, Any] | None, outcome: str | No
 def _ran_to_fail(job: CustomJob, outcome: str | None) -> bool:
     """FAILED in a way only a running job can, by its ``outcome`` (outcomes.Event's value):
     its code or its timeout (``failed``), or preempted past the service's restarts (a SPOT
-    stockout; not one in the queue, "Resources are insufficient", which never ran)."""
-    if outcome == "failed":
+    stockout; not one in the queue, "Resources are insufficient", which never ran), or by a
+    cancel's SIGTERM (``cancelled``: only a running container exits on it)."""
+    if outcome in ("failed", "cancelled"):
         return True
     if outcome == "preempted":
         message = ((job.error.message if job.error else "") or "").lower()

@@ -17,7 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.job_types import job_type_of
-from airflow_gpu_sched.orchestration.outcomes import Event, error_event
+from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too; cancel is one small request
@@ -172,8 +172,8 @@ class CustomJobTrigger(BaseTrigger):
                 if line:
                     self.log.info(line)
                 if cancelled_at is not None:
-                    if view.is_terminal() and view.state.value != "JOB_STATE_CANCELLED":  # type: ignore[union-attr]
-                        # it ended otherwise first
+                    if view.is_terminal() and not cancel_ended(view, watch.times):
+                        # it ended otherwise first (SUCCEEDED: it ran after all, and its output is used)
                         return self.job_type.event(item, watch.observed_restarts, watch.times, ours=True)
                     if view.is_terminal() or time.time() >= cancelled_at + CANCEL_SETTLE:
                         return self._bound_event(item, view, watch.observed_restarts, watch.times)

@@ -229,7 +229,7 @@ class RaceTrigger(BaseTrigger):
                 if view.is_terminal():
                     event = self._members[slot].job_type.event(item, watches[slot].observed_restarts,
                                                                watches[slot].times, slot in by_race or slot in bounded)
-                    if slot in bounded and view.state.value == "JOB_STATE_CANCELLED":
+                    if slot in bounded and cancel_ended(view, watches[slot].times):  # CANCELLED, or FAILED by it
                         event = {**event, "status": Event.CAPACITY_TIMEOUT.value, "message": bounded[slot],
                                  "running_bound": self.bound_reasons[slot] or "running_by"}
                     member["event"] = event
