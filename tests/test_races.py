@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.airflow_harness import run_dag
-from tests.conftest import FAST, LOCATION, PROJECT
+from tests.conftest import FAST, FORCED_VARIANTS, LOCATION, PROJECT
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
@@ -169,13 +169,18 @@ def test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by
     assert result["train"].return_value["strategy"] == "SPOT"
 
 
-def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order(airflow):
+@pytest.mark.parametrize("outcome", ["cancelled", "succeeded", "failed"])
+def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order(airflow, outcome):
+    """Under each way a cancel of a RUNNING job may end (cancelOutcome): the loser stays the loser
+    (a loser that completed or failed despite its cancel neither wins nor fails the task), and the
+    GPU time it ran until the cancel is the hedging cost."""
     from airflow.sdk import DAG
 
     # one region, no GPUs for either strategy until emulated second 100, when both get theirs at
     # the same instant: the region's one list call (the shared poller) shows both RUNNING, started
     # at the same time; the tie goes to the member order
-    airflow.reset({**FAST, "provisioningSeconds": 0, "queueSeconds": 0})
+    airflow.reset({**FAST, "provisioningSeconds": 0, "queueSeconds": 0, "variants": {"cancelOutcome": outcome}})
+    outcome = FORCED_VARIANTS.get("cancelOutcome", outcome)
     airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
 
     def gpus_for_both_once_both_wait():
@@ -200,14 +205,15 @@ def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_memb
     kept = jobs[training["job_name"]]
     other = next(j for j in jobs.values() if j is not kept)
     assert len(jobs) == 2 and kept["state"] == "JOB_STATE_SUCCEEDED"
-    # the loser was RUNNING when cancelled: CANCELLED, or as the scenario's cancelOutcome ends it
-    assert other["state"] in CANCEL_OF_A_RUNNING_JOB_ENDS
+    # the loser was RUNNING when cancelled: it ends as the scenario's cancelOutcome says
+    assert other["state"] == f"JOB_STATE_{outcome.upper()}"
     assert kept["jobSpec"]["scheduling"]["strategy"] == "SPOT"  # member 0
     loser = training["attempts"][0]
     # a tie: both were seen RUNNING (in one poll), so the member order decided, not a startTime
     assert loser["running_since"] is not None and training["attempts"][-1]["running_since"] is not None
     assert loser["race"] == "lost" and loser["run_seconds"] > 0 and loser["gpu_hours"] > 0  # it ran until cancelled
-    assert training["hedging"]["gpu_hours"] == loser["gpu_hours"]
+    assert training["hedging"]["gpu_hours"] == loser["gpu_hours"] and training["hedging"]["cancelled"] == 1
+    assert loser["job_name"] == other["name"] and loser["state"] == other["state"]
 
 
 def test_a_race_is_checked_before_any_gpu_is_requested():

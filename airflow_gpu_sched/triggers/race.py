@@ -37,7 +37,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.event_fields import public_resource
-from airflow_gpu_sched.orchestration.outcomes import Event, error_event
+from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, ON_KILL_TIMEOUT, CustomJobTrigger, cancel_quietly
 
