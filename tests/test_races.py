@@ -348,3 +348,20 @@ def test_an_ambiguous_create_of_a_member_is_reconciled_by_its_key_and_the_retry_
     result = _operator(plan, deferrable=False, quota_preflight=False).execute(context(store))
     assert airflow.stats()["jobsCreated"] == {"FLEX_START": 1, "SPOT": 1}
     assert result["strategy"] == "SPOT" and [a["race"] for a in result["attempts"]] == ["lost", "won"]
+
+
+def test_a_member_our_bound_cancelled_that_succeeded_all_the_same_may_win():
+    """A cancel is best effort (cancelOutcome): a member cancelled for its bound that got its VMs as
+    the cancel went out and completed did train; its output is used, as a single job's would be.
+    One that ended CANCELLED (or FAILED by the cancel) never wins."""
+    from airflow_gpu_sched.orchestration.watch import JobWatch
+    from airflow_gpu_sched.triggers import RaceTrigger
+    from airflow_gpu_sched.vertex.models import CustomJob
+
+    names = [f"projects/{PROJECT}/locations/{LOCATION}/customJobs/{n}" for n in (1, 2)]
+    trigger = RaceTrigger(names, poll_interval=0.05)
+    watches = [JobWatch(name, 60) for name in names]
+    waiting = CustomJob(name=names[1], state="JOB_STATE_QUEUED")
+    for state, wins in [("JOB_STATE_SUCCEEDED", 0), ("JOB_STATE_CANCELLED", None), ("JOB_STATE_FAILED", None)]:
+        seen = [CustomJob(name=names[0], state=state), waiting]
+        assert trigger._winner(seen, {0: "bound"}, watches) == wins, state

@@ -174,13 +174,16 @@ class RaceTrigger(BaseTrigger):
 
     def _winner(self, seen: list[Any], bounded: dict[int, str], watches: list[JobWatch]) -> int | None:
         """Among the members seen running (RUNNING now or before, or SUCCEEDED) and not cancelled,
-        the first in member order; never by ``startTime``."""
+        the first in member order; never by ``startTime``. A member our bound cancelled that
+        SUCCEEDED all the same (it got its VMs as the cancel went out) trained: it may win."""
         started = []
         for slot, item in enumerate(seen):
-            if item is None or slot in bounded:
+            if item is None:
                 continue
             view = self._view(slot, item)
             state = view.state.value if view.state else ""
+            if slot in bounded and state != "JOB_STATE_SUCCEEDED":
+                continue
             if has_run(view, watches[slot].times) and state not in _LOST_STATES:
                 started.append((self.indices[slot], slot))
         return min(started)[1] if started else None
