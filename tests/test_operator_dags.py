@@ -234,3 +234,42 @@ def test_persistent_resource_busy_pool_defers_on_capacity_then_runs(airflow):
         assert result.state == "success"
         mine = client.get_custom_job(result["train"].return_value["job_name"])
         assert mine.create_time >= client.get_custom_job(blocker.name).end_time
+
+
+@pytest.mark.parametrize("outcome", ["cancelled", "succeeded", "failed"])
+def test_a_running_job_cancelled_outside_airflow_under_each_cancel_outcome(airflow, outcome):
+    """Deferrable, through dag.test(): someone cancels the RUNNING job (job_state.proto: CANCELLING
+    may end SUCCEEDED, FAILED or CANCELLED; the emulator's cancelOutcome). CANCELLED, or FAILED by
+    the cancel's SIGTERM: the task fails as cancelled, not retried, never as its code's failure.
+    SUCCEEDED: the job completed despite the cancel, the task succeeds with it."""
+    from airflow.sdk import DAG
+
+    from tests.conftest import FORCED_VARIANTS
+
+    airflow.reset({**FAST, "variants": {"cancelOutcome": outcome}})
+    outcome = FORCED_VARIANTS.get("cancelOutcome", outcome)
+    base = f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs"
+
+    def cancel_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = requests.get(base, timeout=5).json().get("customJobs", [])
+            if jobs and jobs[0]["state"] == "JOB_STATE_RUNNING":
+                time.sleep(0.3)  # seen RUNNING by the trigger's polls first
+                requests.post(f"{airflow.url}/v1/{jobs[0]['name']}:cancel", json={}, timeout=5)
+                return
+            time.sleep(0.02)
+
+    with DAG(f"cancel_outside_{outcome}", schedule=None, start_date=START) as dag:
+        _spot(env={"EMULATOR_RUN_SECONDS": "300"}, retries=2, retry_delay=timedelta(0))
+    canceller = threading.Thread(target=cancel_once_running, daemon=True)
+    canceller.start()
+    result = run_dag(dag, logical_date=START)
+    canceller.join()
+    assert airflow.stats()["cancels"] == 1 and airflow.stats()["jobsCreated"] == {"SPOT": 1}
+    if outcome == "succeeded":
+        assert result.state == "success" and result["train"].return_value["state"] == "JOB_STATE_SUCCEEDED"
+        return
+    assert result.state == "failed" and result["train"].try_number == 1  # TrainingJobCancelled: no retry
+    ledger = result.task_state_store["train"][LEDGER_KEY]
+    assert ledger["failed"]["kind"] == "TrainingJobCancelled", ledger["failed"]
