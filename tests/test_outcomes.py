@@ -242,7 +242,9 @@ def test_a_cancelled_job_keeps_a_capacity_kind_and_a_success_stays_a_success():
     assert event_for_job(stockout, times=cancelling, ours=True)["status"] == Event.PREEMPTED.value
     assert not cancel_ended(stockout, cancelling)
     done = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_SUCCEEDED")
-    assert event_for_job(done, times=cancelling, ours=True)["status"] == Event.SUCCEEDED.value
+    event = event_for_job(done, times=cancelling, ours=True)
+    assert event["status"] == Event.SUCCEEDED.value and event["cancel_ended"] == "JOB_STATE_SUCCEEDED"
+    assert "cancel_ended" not in event_for_job(done, times=_times("JOB_STATE_RUNNING"))
     assert not cancel_ended(done, cancelling)  # it completed despite the cancel: its output is used
 
 

@@ -138,6 +138,8 @@ def event_for_job(job: CustomJob, observed_restarts: int = 0, times: dict[str, A
             payload["message"] = "the service cancelled the job when its scheduling.timeout ran out"
     if kind is Event.CANCELLED and job.state is JobState.JOB_STATE_FAILED:
         payload["cancel_ended"] = job.state.value  # CANCELLING ended FAILED (the cancel's SIGTERM)
+    if kind is Event.SUCCEEDED and state_times.seen_cancelling(times):
+        payload["cancel_ended"] = job.state.value  # it completed despite a cancel: used (docs/operators.md)
     if kind is Event.CAPACITY_TIMEOUT and job.state is JobState.JOB_STATE_CANCELLED:
         payload["cancelled_waiting"] = True  # not by us, never seen RUNNING
         payload["message"] = "the service cancelled the job before it was seen RUNNING (no capacity in time)"
