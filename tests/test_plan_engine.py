@@ -301,6 +301,35 @@ def test_a_cancelled_job_found_at_the_start_of_a_try_means_the_task_was_cleared(
     assert summary(action) == "close cancelled; submit STANDARD@us-central1"
 
 
+BOUND = NOW - timedelta(minutes=5)  # the bound before RUNNING the first try kept in the ledger
+
+
+@pytest.mark.parametrize("cleared", [False, True], ids=["retry", "cleared"])
+def test_a_try_that_died_after_its_bound_cancel_is_followed_by_the_next_step_not_the_same(cleared):
+    """Try 1's trigger cancelled the job at its bound, then try 1 died before acting: try 2 finds the
+    job CANCELLED at or after the kept bound and moves on as try 1 would have (a clear since: anew)."""
+    state = State(job_name=JOB, job_try=1, running_by=BOUND.timestamp(), running_why="1h of STANDARD")
+    found = Found(job_name=JOB, state="JOB_STATE_CANCELLED", ended=ended(
+        Event.CANCELLED, job_state="JOB_STATE_CANCELLED", try_number=2, ended_at=BOUND + timedelta(seconds=2)))
+    action = decide(then_standard_there("STANDARD", quota_preflight=False), state,
+                    TryStarted(now=NOW, try_number=2, found=found, first_try=2 if cleared else 1))
+    if cleared:
+        assert summary(action) == "close cancelled; submit STANDARD@us-central1"
+        return
+    assert summary(action) == "close CAPACITY_TIMEOUT; move (CapacityWaitExpired); submit STANDARD@us-east4"
+    close = next(e for e in action.effects if isinstance(e, Close))
+    assert "cancelled at its bound before RUNNING (1h of STANDARD) by an earlier try" in close.error
+
+
+def test_a_job_cancelled_before_its_kept_bound_is_still_a_clear_or_a_user_cancel():
+    state = State(job_name=JOB, job_try=1, running_by=BOUND.timestamp(), running_why="1h of STANDARD")
+    found = Found(job_name=JOB, state="JOB_STATE_CANCELLED", ended=ended(
+        Event.CANCELLED, job_state="JOB_STATE_CANCELLED", try_number=2, ended_at=BOUND - timedelta(seconds=2)))
+    action = decide(then_standard_there("STANDARD", quota_preflight=False), state,
+                    TryStarted(now=NOW, try_number=2, found=found, first_try=1))
+    assert summary(action) == "close cancelled; submit STANDARD@us-central1"
+
+
 def test_a_preemption_within_the_budget_resubmits_from_the_checkpoints_and_says_so():
     action = decide(plan_of(SpotStep(max_preemption_retries=2)), State(job_name=JOB, attempts=((0, "preempted"),)),
                     ended(Event.PREEMPTED, try_number=None, restarts=3))

@@ -358,3 +358,37 @@ def test_a_retry_that_re_attaches_keeps_the_bound_of_the_try_that_submitted(fast
     assert [(a["job_name"], a["state"]) for a in result["attempts"]] == [
         (queued, "CAPACITY_TIMEOUT"), (result["job_name"], "JOB_STATE_SUCCEEDED")]
     assert [j["state"] for j in _jobs(fast_emulator) if j["name"] == queued] == ["JOB_STATE_CANCELLED"]
+
+
+@pytest.mark.parametrize("found", ["cancelled", "still-cancelling"])
+def test_a_try_that_died_after_the_bound_cancel_moves_on_as_it_would_have(fast_emulator, found):
+    """Issue 24: try 1's trigger cancelled its SPOT job at the bound, then try 1 died before acting
+    on the event. The next try finds the job CANCELLED (or still CANCELLING) after the bound the
+    ledger kept: that is the bound's capacity outcome, so it falls back to STANDARD instead of
+    resubmitting SPOT."""
+    from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
+    from tests.conftest import FAST
+    from tests.test_operators import Store
+
+    fast_emulator.reset({**FAST, "cancelSeconds": 2 if found == "cancelled" else 3000})
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, plan=[
+        {"strategy": "SPOT", "capacity_wait_timeout": "2s"}, {"strategy": "STANDARD"}], **COMMON)
+    queued = op.client().create_custom_job(op.build_job(step=op.plan[0])).name
+    bound = datetime.now(timezone.utc).timestamp() - 1
+    op.client().cancel_custom_job(queued)  # the trigger's cancel at the bound; its try died after it
+    if found == "cancelled":
+        fast_emulator.advance(60)  # past cancelSeconds: CANCELLED when the next try looks
+    expected = "JOB_STATE_CANCELLED" if found == "cancelled" else "JOB_STATE_CANCELLING"
+    assert [j["state"] for j in _jobs(fast_emulator) if j["name"] == queued] == [expected]
+    store = Store()
+    store.set(LEDGER_KEY, {"run": "r", "submission_key": None, "job_name": queued, "job_try": 1, "attempts": [],
+                           "preemptions": 0, "completed": False, "position": 0,
+                           "running_bound": {"by": bound, "why": "capacity_wait_timeout=2s"}})
+    result = op.execute(context(store))
+    assert [(a["strategy"], a["job_name"], a["state"]) for a in result["attempts"]] == [
+        ("SPOT", queued, "CAPACITY_TIMEOUT"), ("STANDARD", result["job_name"], "JOB_STATE_SUCCEEDED")]
+    assert "cancelled at its bound before RUNNING (capacity_wait_timeout=2s) by an earlier try" \
+        in result["attempts"][0]["error"]
+    spot_jobs = [j["name"] for j in _jobs(fast_emulator) if j["jobSpec"]["scheduling"]["strategy"] == "SPOT"]
+    assert spot_jobs == [queued]  # the SPOT step was not submitted again

@@ -78,17 +78,35 @@ def test_region_order_is_checked_when_the_dag_is_parsed():
         parse_step({"strategy": "SPOT", "region_order": "fastest"})
 
 
+def stored_history() -> list[dict]:
+    """The history as stored in the metadata DB: every key under the prefix, merged."""
+    from sqlalchemy import select
+
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        keys = list(session.scalars(select(Variable.key).where(Variable.key.startswith(observed.VARIABLE))))
+    return observed.merge([Variable.get(key, deserialize_json=True) for key in keys], datetime.now(timezone.utc))
+
+
 @pytest.fixture
 def no_history(airflow_db):
-    from airflow.models import Variable
+    from sqlalchemy import delete
 
-    Variable.delete(observed.VARIABLE)
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+
+    def clean():
+        with create_session() as session:
+            session.execute(delete(Variable).where(Variable.key.startswith(observed.VARIABLE)))
+
+    clean()
     yield
-    Variable.delete(observed.VARIABLE)
+    clean()
 
 
 def test_the_second_night_starts_where_capacity_came_on_the_first(airflow_db, fast_emulator, no_history):
-    from airflow.models import Variable
     from airflow.sdk import DAG
 
     from airflow_gpu_sched.operators import GpuTrainingOperator
@@ -105,7 +123,7 @@ def test_the_second_night_starts_where_capacity_came_on_the_first(airflow_db, fa
     first = run_dag(dag, logical_date=NOW)
     assert first.state == "success"
     assert [a["location"] for a in first["train"].return_value["attempts"]] == [A, B]  # nothing known: as given
-    history = Variable.get(observed.VARIABLE, deserialize_json=True)
+    history = stored_history()  # one key per observation since the history is merged on read
     assert [(e["region"], e["stockout"]) for e in history] == [(A, True), (B, False)]
 
     second = run_dag(dag, logical_date=NOW + timedelta(days=1))

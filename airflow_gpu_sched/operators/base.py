@@ -625,6 +625,8 @@ class VertexTrainingOperator(BaseOperator):
             event = None
             if existing.is_terminal():
                 event, ended = self._job_event(context, kind.event(resource))
+            else:  # closed as it is when the engine reads a CANCELLING job past its bound as ended
+                ended = _Ended(kind, resource, None)
             found = engine.Found(job_name=existing.name, state=existing.state.value, ended=event, by_key=by_key)
         race_found = None
         if ledger.data.get("race"):
@@ -782,7 +784,7 @@ class VertexTrainingOperator(BaseOperator):
             restarts=int(payload.get("observed_restarts", 0)), running_bound=payload.get("running_bound"),
             max_wait=scheduling.max_wait_duration if scheduling else None, try_number=try_number,
             log_tail=log_tail, timed_out=bool(payload.get("timed_out")),
-            cancelled_waiting=bool(payload.get("cancelled_waiting")),
+            cancelled_waiting=bool(payload.get("cancelled_waiting")), ended_at=job.end_time or job.update_time,
         ), _Ended(job_kind, resource, payload.get("observed"))
 
     def _failure_tail(self, job_name: str) -> str | None:

@@ -54,7 +54,7 @@ def _decide(operator: Any, steps: list[Any]) -> dict[str, list[str]]:
     now = datetime.now(timezone.utc)
     history, problem = observed.read()
     if problem:
-        operator.log.warning("could not read the capacity history (Variable %s: %s): regions in the order given",
+        operator.log.warning("could not read the capacity history (Variables %s*: %s): regions in the order given",
                              observed.VARIABLE, problem)
     orders = {}
     for index, step in enumerate(steps):
@@ -86,5 +86,5 @@ def record(operator: Any, attempt: dict[str, Any], preemptions: int) -> None:
         return
     problem = observed.write(entry, now)
     if problem:
-        operator.log.warning("could not record the capacity observed in %s (Variable %s: %s)", entry["region"],
+        operator.log.warning("capacity history, recording what %s showed (Variables %s*): %s", entry["region"],
                              observed.VARIABLE, problem)

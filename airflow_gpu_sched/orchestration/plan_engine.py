@@ -129,6 +129,7 @@ class JobEnded:
     log_tail: str | None = None  # a FAILED job's failing replica's last log lines (orchestration.log_lines)
     timed_out: bool = False  # ended by its scheduling.timeout (FAILED, or CANCELLED by the service)
     cancelled_waiting: bool = False  # CANCELLED by the service before it was seen RUNNING (a capacity outcome)
+    ended_at: datetime | None = None  # the job's endTime (or updateTime): whether a kept bound had passed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -485,6 +486,13 @@ def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
         as_of_now = replace(found.ended, now=event.now)  # what follows (a new job?) is decided as of this try's start
         return _job_ended(plan, state, as_of_now, earlier_try=True, effects=(note,),
                           cleared=event.cleared_since(state.job_try))
+    if found.state == "JOB_STATE_CANCELLING" and not event.cleared_since(state.job_try):
+        # still going down after the earlier try's cancel: past the kept bound, the bound's cancel
+        cancelling = JobEnded(now=event.now, kind=Event.CANCELLED, job_name=found.job_name,
+                              job_state=found.state, try_number=event.try_number, ended_at=event.now)
+        if _past_kept_bound(state, cancelling):
+            return _job_ended(plan, state, cancelling, earlier_try=True, effects=(Note("info", (
+                f"previous try's job {found.job_name} is being cancelled, past the bound that try kept")),))
     same = "" if state.running_by is None else " (with the same bound on its time before RUNNING)"
     return ReAttach(job_name=found.job_name, running_by=state.running_by, why=state.running_why, effects=(
         Note("info", f"re-attaching to {found.job_name} ({found.state}), submitted by an earlier try{same}"),))
@@ -618,6 +626,13 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
     reattached = earlier_try or state.job_try != event.try_number
     if kind is Event.CAPACITY_TIMEOUT and event.cancelled_waiting and reattached:
         kind = Event.CANCELLED  # an earlier try's on_kill may have cancelled it: not a capacity outcome
+    if earlier_try and not cleared and kind is Event.CANCELLED and _past_kept_bound(state, event):
+        # The earlier try's trigger cancelled it at the bound, then that try died before acting on
+        # the event: the outcome it would have acted on, so this try moves on as it would have.
+        kind = Event.CAPACITY_TIMEOUT
+        event = replace(event, running_bound=state.running_why or "running_by", message=(
+            f"cancelled at its bound before RUNNING ({state.running_why or 'running_by'}) by an earlier try, "
+            "which ended before acting on it"))
     index = state.position
     step, location = _current(plan, state)  # a race's winner: its member
     bounded = kind is Event.CAPACITY_TIMEOUT and bool(event.running_bound)  # our cancel, past the bound
@@ -690,6 +705,14 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
     else:
         failure = Failure("CapacityUnavailable", f"the job ended by {kind.value}", name, said)
     return _fall_back(plan, index, failure, event.now, effects)
+
+
+def _past_kept_bound(state: State, event: JobEnded) -> bool:
+    """A CANCELLED job of an earlier try ended at or after the bound before RUNNING that try kept
+    in the ledger: the bound's cancel (the trigger cancels only a job never RUNNING by then; a clear's
+    cancel is told apart by ``cleared``)."""
+    return state.running_by is not None and event.ended_at is not None \
+        and event.ended_at.timestamp() >= state.running_by and event.job_name == state.job_name
 
 
 def _capacity_ended(plan: Plan, state: State, event: CapacityEnded) -> Action:
