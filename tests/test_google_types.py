@@ -127,7 +127,7 @@ def test_the_emulator_records_exchanges_only_while_asked(emulator, parent):
     assert [(e["rpc"], e["method"], e["status"]) for e in recorded] == [
         ("customJobs.create", "POST", 200), ("customJobs.get", "GET", 404)]
     assert json.loads(recorded[0]["requestBody"]) == JOB and recorded[1]["query"] == [["alt", "json"]]
-    assert json.loads(recorded[0]["responseBody"])["state"] == "JOB_STATE_QUEUED"
+    assert json.loads(recorded[0]["responseBody"])["state"] == "JOB_STATE_PENDING"  # recorded: create answers PENDING
     emulator.reset()
     requests.get(url, timeout=5)
     assert emulator.traffic() == []  # a reset stops the recording
