@@ -56,9 +56,9 @@ CHILD_TIMEOUT = 1200
 
 
 @pytest.mark.timeout(CHILD_TIMEOUT + 60)
-@pytest.mark.xfail(strict=False, reason="since the emulator answers as the recorded real traffic (merge of "
-                   "'recordings', bisected) only the DAG's COMPLETE event reaches the file, alone too; the "
-                   "task's events are missing with no error logged. Cause open: issue 24")
+@pytest.mark.xfail(strict=False, reason="flaky, alone too (1 of 4 runs alone on a quiet machine, and in "
+                   "whole-suite runs): only the DAG's COMPLETE event reaches the file, the task's events are "
+                   "lost with no error logged. Not the fork timeout (thread mode too). Cause open: issue 24")
 def test_the_complete_event_has_the_inputs_outputs_and_run_facet(fast_emulator, tmp_path):
     events = tmp_path / "openlineage.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT),
