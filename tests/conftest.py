@@ -47,6 +47,21 @@ def parent() -> str:
     return f"projects/{PROJECT}/locations/{LOCATION}"
 
 
+
+def every_custom_job(emulator, location: str = LOCATION) -> list[dict]:
+    """Every custom job of ``location``, every page (a page may be empty and carry a token: the
+    variant listPages), read straight from the emulator's REST API."""
+    import requests
+
+    found, params = [], {}
+    while True:
+        page = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{location}/customJobs",
+                            params=params, timeout=5).json()
+        found += page.get("customJobs", [])
+        if not page.get("nextPageToken"):
+            return found
+        params = {"pageToken": page["nextPageToken"]}
+
 def load_seed(name: str) -> dict:
     return json.loads((DATA / name).read_text())
 

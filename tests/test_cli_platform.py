@@ -19,7 +19,7 @@ import yaml
 
 from airflow_gpu_sched.tools.cli import main
 from tests.airflow_harness import run_dag
-from tests.conftest import FAST, LOCATION, PROJECT
+from tests.conftest import FAST, LOCATION, PROJECT, every_custom_job
 
 REPO = Path(__file__).resolve().parent.parent
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -65,15 +65,7 @@ def _dies_after_create_dag(dag_id: str):
 
 
 def _every_job(emulator) -> list[dict]:
-    """Every custom job, every page (a page may be empty and carry a token: variants.listPages)."""
-    found, params = [], {}
-    while True:
-        page = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
-                            params=params, timeout=5).json()
-        found += page.get("customJobs", [])
-        if not page.get("nextPageToken"):
-            return found
-        params = {"pageToken": page["nextPageToken"]}
+    return every_custom_job(emulator)
 
 
 def _state(emulator, name: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.airflow_harness import run_dag
-from tests.conftest import FAST, FORCED_VARIANTS, LOCATION, PROJECT
+from tests.conftest import FAST, FORCED_VARIANTS, LOCATION, PROJECT, every_custom_job
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
@@ -34,15 +34,7 @@ def _operator(plan, cls=None, **kw):
 
 
 def _jobs(emulator, location: str) -> list[dict]:
-    """Every job of ``location``, every page (a page may be empty and carry a token: listPages)."""
-    found, params = [], {}
-    while True:
-        page = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{location}/customJobs",
-                            params=params, timeout=5).json()
-        found += page.get("customJobs", [])
-        if not page.get("nextPageToken"):
-            return found
-        params = {"pageToken": page["nextPageToken"]}
+    return every_custom_job(emulator, location)
 
 
 # job_state.proto: from CANCELLING "the job may only go to either JOB_STATE_SUCCEEDED,
