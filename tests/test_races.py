@@ -357,3 +357,70 @@ def test_a_member_our_bound_cancelled_that_succeeded_all_the_same_may_win():
     for state, wins in [("JOB_STATE_SUCCEEDED", 0), ("JOB_STATE_CANCELLED", None), ("JOB_STATE_FAILED", None)]:
         seen = [CustomJob(name=names[0], state=state), waiting]
         assert trigger._winner(seen, {0: "bound"}, watches) == wins, state
+
+
+@pytest.fixture
+def statsd(monkeypatch, airflow_db):
+    """Airflow's StatsD client (influx tags) sending to a loopback socket, as test_observe_metrics'."""
+    from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
+    from airflow.sdk.observability import stats
+    from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
+
+    from tests.test_observe_metrics import StatsdSocket
+
+    server = StatsdSocket()
+    for name, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(server.port),
+                        "STATSD_INFLUXDB_ENABLED": "True"}.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{name}", value)
+    stats.initialize(factory=get_stats_factory(), export_legacy_names=True)
+    yield server
+    stats.initialize(factory=NoStatsLogger, export_legacy_names=True)
+    server.sock.close()
+
+
+def test_race_members_reach_the_metrics_and_the_region_history_as_single_jobs_do(airflow, statsd):
+    """Each member's attempt closes as a single job's does: its capacity wait (and GPU-hours, cost)
+    in ``gpu_sched.*`` metrics, its stockout in the observed-region history."""
+    from airflow.sdk import DAG
+
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    from airflow_gpu_sched.orchestration import observed
+    from tests.test_region_order import stored_history
+
+    def clean():
+        with create_session() as session:
+            session.execute(delete(Variable).where(Variable.key.startswith(observed.VARIABLE)))
+
+    clean()
+    for region in (LOCATION, EAST):
+        airflow.set_capacity(region, "NVIDIA_TESLA_A100", flex_start=0, spot=0)
+    prices = {"currency": "USD", "NVIDIA_TESLA_A100": {"FLEX_START": 2.0, "SPOT": 1.0, "STANDARD": 3.0}}
+    with DAG("race_observed", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START", "max_wait_duration": "60s"},
+                             {"strategy": "SPOT", "locations": [EAST], "capacity_wait_timeout": 0.5}]},
+                   {"strategy": "STANDARD", "locations": [WEST], "region_order": "observed"}], prices=prices)
+    try:
+        result = run_dag(dag, logical_date=START)
+        history = stored_history()
+    finally:
+        clean()
+    assert result.state == "success", result.tasks
+    training = result["train"].return_value
+    assert [(a["strategy"], a["location"], a.get("race")) for a in training["attempts"]] == [
+        ("FLEX_START", LOCATION, "no_winner"), ("SPOT", EAST, "no_winner"), ("STANDARD", WEST, None)]
+
+    sent = statsd.packets()
+    packets = [p for p in sent if p[0] == "airflow.gpu_sched.capacity_wait"]
+    assert [(t["strategy"], t["region"]) for _, t, _, _ in packets] == [
+        (a["strategy"], a["location"]) for a in training["attempts"]]
+    assert [v for _, _, v, _ in packets] == [pytest.approx(a["queued_seconds"] * 1000, abs=1)
+                                             for a in training["attempts"]]
+    hours = [v for n, _, v, _ in sent if n == "airflow.gpu_sched.gpu_hours"]
+    assert sum(hours) == pytest.approx(training["gpu_hours"], abs=1e-4)
+
+    # both members stocked out: the history says so for their regions; the STANDARD job ran in WEST
+    assert [(e["region"], e["strategy"], e["stockout"]) for e in history] == [
+        (LOCATION, "FLEX_START", True), (EAST, "SPOT", True), (WEST, "STANDARD", False)]

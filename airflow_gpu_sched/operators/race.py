@@ -23,6 +23,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow_gpu_sched.operators import region_order
+from airflow_gpu_sched.orchestration import signals
 from airflow_gpu_sched.orchestration.accounting import attempt_record, console_url
 from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, validate_event
@@ -278,6 +280,9 @@ def close_member(op: Any, ledger: SubmissionLedger, close: engine.CloseMember) -
     op.log.info("race member %s %s: %s, queued %.0fs, ran %.0fs, %.3f GPU-hours", close.index,
                 "lost, cancelled" if close.race == "lost" else "ended", job.state.value if job.state else "?",
                 record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
+    # as a single job's attempt closes (base._close_attempt): the region history and the metrics
+    region_order.record(op, record, close.preemptions)
+    signals.attempt_finished(op, record, close.preemptions)
 
 
 def mark_winner(ledger: SubmissionLedger, record: dict[str, Any]) -> None:

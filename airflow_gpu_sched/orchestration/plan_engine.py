@@ -898,6 +898,7 @@ class CloseMember:
     restarts: int = 0
     state: str | None = None  # shown instead of the job's own state (with ``error``)
     error: str | None = None
+    preemptions: int = 0  # as a single job's Close counts them
 
 
 @dataclass(frozen=True)
@@ -1038,7 +1039,8 @@ def _close_member(plan: Plan, state: State, member: MemberEnded, race: Literal["
         {"state": "QUOTA_EXCEEDED", "error": member.message or member.job_error} if kind is Event.QUOTA_EXCEEDED else {}
     return CloseMember(state.position, member.index, step.member_location(member.index, location),
                        step.members[member.index].strategy, kind.value, member.job_name, race,
-                       restarts=member.restarts, **shown)
+                       restarts=member.restarts, preemptions=member.restarts + (1 if kind is Event.PREEMPTED else 0),
+                       **shown)
 
 
 def _race_ended(plan: Plan, state: State, event: RaceEnded) -> Action:
