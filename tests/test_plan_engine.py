@@ -734,6 +734,7 @@ from airflow_gpu_sched.orchestration.plan_engine import (  # noqa: E402
     Won,
 )
 from airflow_gpu_sched.orchestration.plans import RaceStep  # noqa: E402
+from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict  # noqa: E402
 
 MEMBER = st.one_of(
     st.builds(FlexStartStep, locations=st.sampled_from([(), (THERE,)]), capacity_wait_timeout=WAITS,
@@ -849,30 +850,43 @@ class RaceWorld(World):
         active = [w for w in members if self.jobs[w.job_name] == "ACTIVE"]
         ended: list[MemberEnded] = []
         if outcome == "won" and active:
-            # the members seen RUNNING in one poll: the trigger keeps the first in member order
+            # members start RUNNING at random polls; at the first poll that shows any, the trigger
+            # decides by the verdict (race_engine.race_verdict) and cancels what it says, at once
             started = draw(st.lists(st.sampled_from(active), min_size=1, unique_by=lambda w: w.index))
             starts = {w.index: draw(st.integers(0, 2)) for w in started}
-            winner = min(started, key=lambda w: (starts[w.index], w.index))
+            first = min(starts.values())
+            seen = [MemberSeen(index=w.index, state="JOB_STATE_RUNNING" if starts.get(w.index) == first else
+                               "JOB_STATE_QUEUED", ran=starts.get(w.index) == first, terminal=False, failed=False)
+                    for w in active]
+            slot, to_cancel = race_verdict(seen, ())
+            winner = active[slot]
+            assert starts.get(winner.index) == first and winner.index == min(i for i, t in starts.items() if t == first)
+            assert sorted(to_cancel) == [s for s in range(len(active)) if s != slot], "every other member cancelled"
+            for s in to_cancel:
+                self.jobs[active[s].job_name] = "JOB_STATE_CANCELLED"  # by the race, at once
             for w in members:
-                if w is winner:
-                    continue
-                state = self.jobs[w.job_name]
-                if state == "ACTIVE":
-                    self.jobs[w.job_name] = state = "JOB_STATE_CANCELLED"  # by the race, at once
-                ended.append(MemberEnded(index=w.index, job_name=w.job_name, kind=Event.CANCELLED, by_race=True,
-                                         job_state=state))
+                if w is not winner:
+                    ended.append(MemberEnded(index=w.index, job_name=w.job_name, kind=Event.CANCELLED, by_race=True,
+                                             job_state=self.jobs[w.job_name]))
             finish = draw(st.sampled_from([None, None, Event.SUCCEEDED, Event.FAILED]))
             if finish is not None:
                 self.jobs[winner.job_name] = "JOB_STATE_SUCCEEDED" if finish is Event.SUCCEEDED else "JOB_STATE_FAILED"
             ended.append(MemberEnded(index=winner.index, job_name=winner.job_name, kind=finish))
             return RaceEnded(now=self.tick(), winner=winner.index, members=tuple(ended), try_number=self.try_number)
         failed = outcome == "failed" and active
+        cancelled: tuple[int, ...] = ()
+        if failed:  # the first active member fails for its code: the verdict cancels the others, no winner
+            seen = [MemberSeen(index=w.index, state="JOB_STATE_FAILED" if n == 0 else "JOB_STATE_QUEUED", ran=False,
+                               terminal=n == 0, failed=n == 0) for n, w in enumerate(active)]
+            winner_slot, to_cancel = race_verdict(seen, ())
+            assert winner_slot is None and sorted(to_cancel) == list(range(1, len(active)))
+            cancelled = tuple(active[s].index for s in to_cancel)
         for n, w in enumerate(members):
             if self.jobs[w.job_name] != "ACTIVE":
                 kind = Event.CANCELLED
             elif failed and n == members.index(active[0]):
                 kind = Event.FAILED
-            elif failed:
+            elif w.index in cancelled:
                 kind = Event.CANCELLED  # the trigger cancelled the others
             else:
                 kind = draw(st.sampled_from(CAPACITY_KINDS + [Event.CANCELLED]))

@@ -346,6 +346,7 @@ def test_a_member_our_bound_cancelled_that_succeeded_all_the_same_may_win():
     """A cancel is best effort (cancelOutcome): a member cancelled for its bound that got its VMs as
     the cancel went out and completed did train; its output is used, as a single job's would be.
     One that ended CANCELLED (or FAILED by the cancel) never wins."""
+    from airflow_gpu_sched.orchestration.race_engine import race_verdict
     from airflow_gpu_sched.orchestration.watch import JobWatch
     from airflow_gpu_sched.triggers import RaceTrigger
     from airflow_gpu_sched.vertex.models import CustomJob
@@ -356,7 +357,7 @@ def test_a_member_our_bound_cancelled_that_succeeded_all_the_same_may_win():
     waiting = CustomJob(name=names[1], state="JOB_STATE_QUEUED")
     for state, wins in [("JOB_STATE_SUCCEEDED", 0), ("JOB_STATE_CANCELLED", None), ("JOB_STATE_FAILED", None)]:
         seen = [CustomJob(name=names[0], state=state), waiting]
-        assert trigger._winner(seen, {0: "bound"}, watches) == wins, state
+        assert race_verdict(trigger.members_seen(seen, {0: "bound"}, watches), {0: "bound"})[0] == wins, state
 
 
 @pytest.fixture

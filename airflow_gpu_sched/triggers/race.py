@@ -2,14 +2,12 @@
 each member watched through the shared poller of its region (:mod:`.poller`), exactly as a
 :class:`~airflow_gpu_sched.triggers.job.CustomJobTrigger` watches one job.
 
-The first member seen RUNNING wins (or seen SUCCEEDED: one that ran and ended between two
-polls). Never ``startTime``: real Vertex sets it at admission, so every member has one within a
-second while all still wait (orchestration/state_times.py). The tie rule, when several are
-seen running at once (one poll, or the polls of two regions before the trigger looked): the
-member order. A member CANCELLING or CANCELLED never wins: after a triggerer restart
-the members this trigger already cancelled stay lost, so the same winner is kept. The others
-are cancelled at once and followed to their end (at most :data:`CANCEL_SETTLE`), so that their
-queued and run times are final when the operator records them; then one event:
+The winner rule is :func:`race_engine.race_verdict`'s (pure): the first member seen RUNNING
+(or SUCCEEDED) in member order, never by ``startTime``; one CANCELLING or CANCELLED never wins,
+so after a triggerer restart the members this trigger already cancelled stay lost. This trigger
+does the I/O: it watches, builds what it saw (:meth:`RaceTrigger.members_seen`), cancels what
+the verdict says at once and follows those to their end (at most :data:`CANCEL_SETTLE`), so
+that their queued and run times are final when the operator records them; then one event:
 
 - ``{"status": "race_won", "winner": i, "members": [...]}``;
 - ``{"status": "race_ended", "winner": null, "members": [...]}``: every member ended without
@@ -38,11 +36,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
+from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, ON_KILL_TIMEOUT, CustomJobTrigger, cancel_quietly
 
 RACE_WON, RACE_ENDED = "race_won", "race_ended"
-_LOST_STATES = ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
 
 
 class RaceTrigger(BaseTrigger):
@@ -147,16 +145,11 @@ class RaceTrigger(BaseTrigger):
                             past_running_bound(self._view(s, seen[s]), watches[s].times, self.running_by[s],
                                                time.time()):
                         bounded[s] = await self._cancel(s, "bound", seen[s])
-                winner = self._winner(seen, bounded, watches)
-                failed = next((s for s in range(n) if seen[s] is not None and
-                               self._kind(s, seen[s], watches[s].times, s in bounded or s in by_race) is Event.FAILED),
-                              None)
-                if winner is not None or failed is not None:
-                    for s in range(n):  # the others, at once
-                        if s != winner and s not in bounded and s not in by_race and \
-                                (seen[s] is None or not self._view(s, seen[s]).is_terminal()):
-                            await self._cancel(s, "lost")
-                            by_race.add(s)
+                winner, to_cancel = race_verdict(self.members_seen(seen, bounded, watches), bounded)
+                if to_cancel is not None:  # decided: the others, at once
+                    for s in to_cancel:
+                        await self._cancel(s, "lost")
+                        by_race.add(s)
                     decided_at = time.time()
             others_done = all(seen[s] is not None and self._view(s, seen[s]).is_terminal()
                               for s in range(n) if s != winner)
@@ -172,21 +165,19 @@ class RaceTrigger(BaseTrigger):
 
         return event_kind(self._view(slot, item), times, ours)
 
-    def _winner(self, seen: list[Any], bounded: dict[int, str], watches: list[JobWatch]) -> int | None:
-        """Among the members seen running (RUNNING now or before, or SUCCEEDED) and not cancelled,
-        the first in member order; never by ``startTime``. A member our bound cancelled that
-        SUCCEEDED all the same (it got its VMs as the cancel went out) trained: it may win."""
-        started = []
+    def members_seen(self, seen: list[Any], bounded: dict[int, str] | set[int],
+                     watches: list[JobWatch]) -> list[MemberSeen | None]:
+        """Each member as last seen, for :func:`race_verdict` (None: not seen yet)."""
+        out: list[MemberSeen | None] = []
         for slot, item in enumerate(seen):
             if item is None:
+                out.append(None)
                 continue
             view = self._view(slot, item)
-            state = view.state.value if view.state else ""
-            if slot in bounded and state != "JOB_STATE_SUCCEEDED":
-                continue
-            if has_run(view, watches[slot].times) and state not in _LOST_STATES:
-                started.append((self.indices[slot], slot))
-        return min(started)[1] if started else None
+            out.append(MemberSeen(index=self.indices[slot], state=view.state.value if view.state else "",
+                                  ran=has_run(view, watches[slot].times), terminal=view.is_terminal(),
+                                  failed=self._kind(slot, item, watches[slot].times, slot in bounded) is Event.FAILED))
+        return out
 
     def _wake(self, seen: list[Any], bounded: dict[int, str], decided_at: float | None,
               watches: list[JobWatch]) -> float | None:
