@@ -283,3 +283,22 @@ def test_the_names_stored_in_users_databases_did_not_move():
         "airflow_gpu_sched.triggers.job.CustomJobTrigger"
     assert f"{PersistentCapacityTrigger.__module__}.{PersistentCapacityTrigger.__qualname__}" == \
         "airflow_gpu_sched.triggers.capacity.PersistentCapacityTrigger"
+
+
+HEAVY_AT_PARSE = ("pydantic", "airflow_gpu_sched.vertex.models", "airflow_gpu_sched.vertex.rules",
+                  "airflow_gpu_sched.orchestration.job_spec", "airflow_gpu_sched.orchestration.plans",
+                  "airflow_gpu_sched.orchestration.plan_engine", "airflow_gpu_sched.vertex.client")
+
+
+def test_a_dag_file_importing_the_operators_loads_no_model_rule_plan_or_client():
+    """What the operators' import adds to ``import airflow.sdk`` (DAG-parse time) holds none of the
+    pydantic models, the rules, the job spec, the plans, the engine or the clients: those load when
+    an operator is built or a task runs (benchmarks/import_cost.py times it)."""
+    probe = ("import sys, airflow.sdk; before = set(sys.modules)\n"
+             "from airflow_gpu_sched.operators import (FlexStartTrainingOperator, GpuTrainingOperator, "
+             "PersistentResourceTrainingOperator, SpotTrainingOperator)\n"
+             "print('\\n'.join(sorted(set(sys.modules) - before)))")
+    added = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                           cwd=REPO).stdout.split()
+    assert "airflow_gpu_sched.operators.base" in added
+    assert [m for m in added if m.startswith(HEAVY_AT_PARSE)] == []

@@ -33,15 +33,7 @@ from airflow_gpu_sched.operators import lineage
 from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
 from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, first_event  # shared with race.py
-from airflow_gpu_sched.orchestration import assets, job_spec, signals
-from airflow_gpu_sched.orchestration.accounting import (
-    attempt_record,
-    console_url,
-    no_job_record,
-    resolve_prices,
-    summary_table,
-    task_result,
-)
+from airflow_gpu_sched.orchestration import assets, signals
 from airflow_gpu_sched.orchestration.errors import (
     CapacityUnavailable,
     CapacityWaitExpired,
@@ -58,16 +50,16 @@ from airflow_gpu_sched.orchestration.errors import (
     TrainingJobTimedOut,
     VertexUnreachable,
 )
-from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType, get_job_type, job_type_of
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
-from airflow_gpu_sched.vertex.models import CustomJob, parse_duration
-from airflow_gpu_sched.orchestration.outcomes import CAPACITY_EVENTS, JOB_EVENTS, Event, validate_event
-from airflow_gpu_sched.orchestration.plans import PlanError, Step, check_regions, parse_plan, positions
-from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit
-from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW
+from airflow_gpu_sched.vertex.defaults import TRANSIENT_ERROR_WINDOW
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the pydantic models, rules and job types load when a task runs, not at DAG parse
     from airflow.sdk import Context
+
+    from airflow_gpu_sched.orchestration.job_types import JobOptions, JobType
+    from airflow_gpu_sched.orchestration.plans import Step
+    from airflow_gpu_sched.vertex.models import CustomJob
+    from airflow_gpu_sched.vertex.rules import Violation
 
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow.triggers.base import BaseTrigger
@@ -230,6 +222,8 @@ class VertexTrainingOperator(BaseOperator):
         failure_log_lines: int = 50,
         **kwargs: Any,
     ) -> None:
+        from airflow_gpu_sched.orchestration.job_types import get_job_type
+        from airflow_gpu_sched.vertex.rules import Violation
         if kwargs.get("outlets") is None:  # none declared: the output dir's and the model's Assets
             kwargs["outlets"] = assets.default_outlets(project_id, location, job_type, base_output_dir,
                                                        model_display_name)
@@ -291,6 +285,7 @@ class VertexTrainingOperator(BaseOperator):
         self._check_at_parse_time()
 
     def _parse_plan(self, ignore_templates: bool) -> list[Step]:
+        from airflow_gpu_sched.orchestration.plans import PlanError, parse_plan
         try:
             return parse_plan(self.plan_spec, ignore_templates=ignore_templates)
         except PlanError as exc:
@@ -337,11 +332,13 @@ class VertexTrainingOperator(BaseOperator):
 
     def own_steps(self) -> list[Step]:
         """The preset operators' own step (GpuTrainingOperator takes ``plan=`` instead)."""
+        from airflow_gpu_sched.vertex.rules import Violation
         raise InvalidTrainingSpec([Violation("plan", "give plan=[...] steps")])
 
     # ------------------------------------------------------------------ the plan
 
     def positions(self) -> list[tuple[int, str]]:
+        from airflow_gpu_sched.orchestration.plans import positions
         return positions(self.plan, self.location, self.regions_first)
 
     def _engine_plan(self, context: Context, ledger: SubmissionLedger) -> engine.Plan:
@@ -373,6 +370,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def build_job(self, extra_labels: dict[str, str] | None = None, step: Step | None = None,
                   max_wait: timedelta | None = None) -> CustomJob:
+        from airflow_gpu_sched.orchestration import job_spec
         step = step or self.plan[0]
         given = job_spec.parse_given_job(self.job_spec)
         pools = job_spec.worker_pools(
@@ -393,6 +391,8 @@ class VertexTrainingOperator(BaseOperator):
         return self.image_uri is not None or self.machine_type is not None
 
     def job_options(self) -> JobOptions:
+        from airflow_gpu_sched.orchestration import job_spec
+        from airflow_gpu_sched.orchestration.job_types import JobOptions
         study_spec = self.study_spec
         if isinstance(study_spec, str) and not job_spec.has_template(study_spec):
             study_spec = _json_arg("study_spec", study_spec)  # a template that rendered to JSON text
@@ -404,6 +404,9 @@ class VertexTrainingOperator(BaseOperator):
 
     def _violations(self, ignore_templates: bool) -> list[Violation]:
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
+        from airflow_gpu_sched.orchestration import job_spec
+        from airflow_gpu_sched.orchestration.plans import check_regions
+        from airflow_gpu_sched.vertex.rules import Violation
         found = self.job_kind.violations(self.job_options())
         found += check_regions(self.plan, self.location)
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
@@ -418,6 +421,7 @@ class VertexTrainingOperator(BaseOperator):
         return found
 
     def _check_at_parse_time(self) -> None:
+        from airflow_gpu_sched.orchestration import job_spec
         if isinstance(self.worker_pool_specs, str) and job_spec.has_template(self.worker_pool_specs):
             return  # all of it is a template: checked after rendering
         if isinstance(self.job_spec, str):
@@ -450,6 +454,7 @@ class VertexTrainingOperator(BaseOperator):
     def validated_job(self, context: Context, submission_key: str | None = None, step: Step | None = None,
                       max_wait: timedelta | None = None) -> CustomJob:
         """The job as it will be submitted (rendered), checked against every rule."""
+        from airflow_gpu_sched.orchestration import job_spec
         if step is None:  # before anything runs: every step of the plan
             found = self._violations(ignore_templates=False)
             if found:
@@ -553,6 +558,7 @@ class VertexTrainingOperator(BaseOperator):
             ledger.move_to(effect.dst)
 
     def _close_attempt(self, ledger: SubmissionLedger, close: engine.Close, ended: _Ended | None) -> None:
+        from airflow_gpu_sched.orchestration.accounting import attempt_record, no_job_record
         where = {"position": close.position, "location": close.location}
         if close.job_name is None:  # the attempt never got a job
             record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
@@ -615,6 +621,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def _try_started(self, context: Context, ledger: SubmissionLedger) -> tuple[engine.TryStarted, _Ended | None]:
         """What an earlier try left: its job, still active or ended (then as its trigger would tell)."""
+        from airflow_gpu_sched.orchestration.job_types import job_type_of
         from airflow_gpu_sched.orchestration import plan_engine as engine
 
         resource, by_key = self._find_existing(ledger)
@@ -645,6 +652,7 @@ class VertexTrainingOperator(BaseOperator):
     def _find_existing(self, ledger: SubmissionLedger) -> tuple[Any, bool]:
         """The resource (of the job type) an earlier try submitted, if any; and whether it was
         found by its submission key's label."""
+        from airflow_gpu_sched.orchestration.job_types import job_type_of
         location = self.positions()[int(ledger.data.get("position", 0))][1]
         if ledger.job_name:
             return job_type_of(ledger.job_name).get(self.client(location), ledger.job_name), False
@@ -673,6 +681,7 @@ class VertexTrainingOperator(BaseOperator):
         return engine.QuotaRead(now=_now(), too_low="; ".join(str(s) for s in found) or None)
 
     def _read_resource(self, context: Context, action: engine.ReadResource) -> engine.ResourceRead:
+        from airflow_gpu_sched.vertex.rules import check_persistent_fit
         from airflow_gpu_sched.orchestration import plan_engine as engine
 
         resource = self.client(action.location).get_persistent_resource(action.name)
@@ -702,6 +711,7 @@ class VertexTrainingOperator(BaseOperator):
                max_wait: timedelta | None = None) -> str:
         """Create the job under the ledger's submission key (a new one if none), reconciling an
         ambiguous create by that key's label; the name is saved before anything else."""
+        from airflow_gpu_sched.orchestration.accounting import console_url
         from airflow_gpu_sched.vertex.client import AmbiguousCreateError
 
         key = ledger.submission_key or ledger.new_submission()
@@ -764,6 +774,8 @@ class VertexTrainingOperator(BaseOperator):
 
     def _job_event(self, context: Context, payload: Any) -> tuple[engine.JobEnded, _Ended | None]:
         """A trigger's job event, checked, as the plan's event (and the resource it ended as)."""
+        from airflow_gpu_sched.orchestration.job_types import job_type_of
+        from airflow_gpu_sched.orchestration.outcomes import Event, JOB_EVENTS, validate_event
         from airflow_gpu_sched.orchestration import plan_engine as engine
 
         kind, payload = validate_event(payload, JOB_EVENTS)
@@ -799,6 +811,7 @@ class VertexTrainingOperator(BaseOperator):
         return tail
 
     def _capacity_event(self, payload: Any) -> engine.CapacityEnded:
+        from airflow_gpu_sched.orchestration.outcomes import CAPACITY_EVENTS, validate_event
         from airflow_gpu_sched.orchestration import plan_engine as engine
 
         kind, payload = validate_event(payload, CAPACITY_EVENTS)
@@ -807,6 +820,7 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ the result
 
     def result(self, ledger: SubmissionLedger, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+        from airflow_gpu_sched.orchestration.accounting import resolve_prices, summary_table, task_result
         result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices),
                              outputs)
         self.log.info("training summary:\n%s", summary_table(result))
@@ -818,6 +832,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Sync mode (the worker polls): cancel the job when the task is killed (a race: every member)."""
+        from airflow_gpu_sched.orchestration.job_types import job_type_of
         for name in self._race_jobs:
             from airflow_gpu_sched.vertex.client import InvalidArgumentError
 
@@ -881,6 +896,7 @@ def _argument(path: str) -> str:
 
 
 def _json_arg(name: str, text: str) -> Any:
+    from airflow_gpu_sched.vertex.rules import Violation
     import json
 
     try:
@@ -891,6 +907,8 @@ def _json_arg(name: str, text: str) -> Any:
 
 def _count_arg(name: str, value: Any) -> int | None:
     """A count as given, or as a template renders it (text); None while still a template."""
+    from airflow_gpu_sched.orchestration import job_spec
+    from airflow_gpu_sched.vertex.rules import Violation
     if not isinstance(value, str):
         return value
     if job_spec.has_template(value):
@@ -901,6 +919,7 @@ def _count_arg(name: str, value: Any) -> int | None:
 
 
 def _count_limit(name: str, value: Any, allow_none: bool = False) -> int | None:
+    from airflow_gpu_sched.vertex.rules import Violation
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -914,6 +933,8 @@ def _try_number(context: Context) -> int | None:
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:
+    from airflow_gpu_sched.vertex.models import parse_duration
+    from airflow_gpu_sched.vertex.rules import Violation
     if value is None:
         return None
     try:

@@ -6,11 +6,13 @@ May import: vertex, orchestration, operators; airflow.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
-from airflow_gpu_sched.orchestration.plans import FlexStartStep, Step
-from airflow_gpu_sched.vertex.models import Scheduling
+from airflow_gpu_sched.vertex.defaults import MAX_WAIT_DURATION
+
+if TYPE_CHECKING:
+    from airflow_gpu_sched.orchestration.plans import Step
 
 
 class FlexStartTrainingOperator(VertexTrainingOperator):
@@ -28,12 +30,13 @@ class FlexStartTrainingOperator(VertexTrainingOperator):
         which the service enforces.
     """
 
-    def __init__(self, *, max_wait_duration: timedelta | float | str | None = Scheduling.DEFAULT_MAX_WAIT,
+    def __init__(self, *, max_wait_duration: timedelta | float | str | None = MAX_WAIT_DURATION,
                  capacity_wait_timeout: timedelta | float | str | None = None, **kwargs: Any) -> None:
         self.max_wait_duration = _duration_arg("max_wait_duration", max_wait_duration)
         self.capacity_wait_timeout = _duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
     def own_steps(self) -> list[Step]:
+        from airflow_gpu_sched.orchestration.plans import FlexStartStep
         return [FlexStartStep(max_wait_duration=self.max_wait_duration,
                               capacity_wait_timeout=self.capacity_wait_timeout)]

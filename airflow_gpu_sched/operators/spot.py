@@ -6,10 +6,12 @@ May import: orchestration, operators; airflow.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
-from airflow_gpu_sched.orchestration.plans import Step
+
+if TYPE_CHECKING:
+    from airflow_gpu_sched.orchestration.plans import Step
 
 
 class SpotTrainingOperator(VertexTrainingOperator):

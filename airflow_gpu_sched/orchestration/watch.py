@@ -14,11 +14,11 @@ import time
 from typing import Any
 
 from airflow_gpu_sched.orchestration import state_times
+from airflow_gpu_sched.vertex.defaults import TRANSIENT_ERROR_WINDOW  # noqa: F401 (its home for the watchers)
 from airflow_gpu_sched.vertex.models import CustomJob, JobState
 
 _BACK_TO_WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}
 
-TRANSIENT_ERROR_WINDOW = 600.0  # seconds of failing polls tolerated before "Vertex unreachable"
 
 
 class JobWatch:

@@ -15,7 +15,7 @@ carries, what FLEX_START or SPOT accept, ...) live in :mod:`airflow_gpu_sched.ve
 client, the operators and the emulator reject the same specs with the same words, while a
 response from the service always parses.
 
-May import: nothing of this package; never airflow.
+May import: vertex; never airflow.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
+
+from airflow_gpu_sched.vertex.defaults import MAX_WAIT_DURATION
 
 # --------------------------------------------------------------------------- scalar types
 
@@ -422,7 +424,7 @@ class Scheduling(VertexModel):
     max_wait_duration: Duration | None = None
 
     DEFAULT_TIMEOUT: ClassVar[timedelta] = timedelta(days=7)
-    DEFAULT_MAX_WAIT: ClassVar[timedelta] = timedelta(days=1)
+    DEFAULT_MAX_WAIT: ClassVar[timedelta] = MAX_WAIT_DURATION
 
     @property
     def effective_strategy(self) -> Strategy:
