@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
-from airflow_gpu_sched.operators import lineage
-from airflow_gpu_sched.operators import region_order
-from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
-from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, first_event  # shared with race.py
+from airflow_gpu_sched.operators import lineage, observe, region_order, vertex_calls
+from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
+from airflow_gpu_sched.operators.running import first_event
 from airflow_gpu_sched.orchestration import assets, signals
 from airflow_gpu_sched.orchestration.errors import (
     CapacityUnavailable,
@@ -64,8 +63,6 @@ if TYPE_CHECKING:  # the pydantic models, rules and job types load when a task r
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow.triggers.base import BaseTrigger
 
-CONSOLE_URL_KEY = "console_url"
-JOB_NAME_KEY = "job_name"
 STRUCTURED = ("job_spec", "worker_pool_specs")  # parsed, then rendered value by value (_render_structured)
 
 
@@ -563,7 +560,7 @@ class VertexTrainingOperator(BaseOperator):
         if close.job_name is None:  # the attempt never got a job
             record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
             ledger.finish_attempt(record)
-            region_order.record(self, record, 0)
+            observe.no_job_closed(self, record)
             return
         assert ended is not None, "a job's attempt is closed with the resource it ended as"
         job = ended.kind.view(ended.resource)
@@ -577,10 +574,7 @@ class VertexTrainingOperator(BaseOperator):
         if close.state:
             record.update(state=close.state, error=close.error)
         ledger.finish_attempt(record, close.preemptions, completed=close.completed)
-        region_order.record(self, record, close.preemptions)
-        self.log.info("%s ended %s: queued %.0fs, ran %.0fs, %.3f GPU-hours", job.name, job.state.value,
-                      record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
-        signals.attempt_finished(self, record, close.preemptions)
+        observe.attempt_closed(self, record, close.preemptions, f"{job.name} ended {job.state.value}")
 
     def _act(self, context: Context, ledger: SubmissionLedger,
              action: engine.Action) -> tuple[engine.PlanEvent, _Ended | None]:
@@ -652,20 +646,15 @@ class VertexTrainingOperator(BaseOperator):
     def _find_existing(self, ledger: SubmissionLedger) -> tuple[Any, bool]:
         """The resource (of the job type) an earlier try submitted, if any; and whether it was
         found by its submission key's label."""
-        from airflow_gpu_sched.orchestration.job_types import job_type_of
         location = self.positions()[int(ledger.data.get("position", 0))][1]
         if ledger.job_name:
-            return job_type_of(ledger.job_name).get(self.client(location), ledger.job_name), False
+            return vertex_calls.find_by_name(self, ledger.job_name), False
         if ledger.submission_key:  # an earlier try died between the create and saving the name
-            found = self._find_by_key(ledger.submission_key, location)
+            found = vertex_calls.find_by_key(self, ledger.submission_key, location)
             if found is not None:
                 ledger.record_job(found.name)
             return found, found is not None
         return None, False
-
-    def _find_by_key(self, key: str, location: str) -> Any:
-        flt = f'labels.{SUBMISSION_LABEL}="{key}"'  # "labels.key=value" (ListCustomJobsRequest.filter)
-        return next(self.job_kind.list_all(self.client(location), flt, 10), None)  # empty pages too
 
     def _read_quota(self, step: Step, location: str) -> engine.QuotaRead:
         """The region's GPU quota for the step's tier against what the job holds at once."""
@@ -711,35 +700,15 @@ class VertexTrainingOperator(BaseOperator):
                max_wait: timedelta | None = None) -> str:
         """Create the job under the ledger's submission key (a new one if none), reconciling an
         ambiguous create by that key's label; the name is saved before anything else."""
-        from airflow_gpu_sched.orchestration.accounting import console_url
-        from airflow_gpu_sched.vertex.client import AmbiguousCreateError
+        from airflow_gpu_sched.operators.unrecorded import record_or_cancel
 
         key = ledger.submission_key or ledger.new_submission()
         job = self.validated_job(context, key, step, max_wait)
-        client = self.client(location)
-        for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
-            try:
-                created = self.job_kind.create(client, self.job_kind.body(job, self.job_options()))
-                break
-            except AmbiguousCreateError as exc:
-                # The create may or may not have made a job: the submission-key label says which.
-                created = self._find_by_key(key, location)
-                if created is not None:
-                    break
-                if attempt == AMBIGUOUS_CREATE_ATTEMPTS:
-                    raise
-                self.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again",
-                                 job.display_name, exc)
-        from airflow_gpu_sched.operators.unrecorded import record_or_cancel
-
+        created = vertex_calls.create(self, job, key, location, job.display_name)
         record_or_cancel(self.log, lambda: ledger.record_job(created.name, _try_number(context)),
-                         lambda: self.job_kind.cancel(client, created.name), created.name)
+                         lambda: vertex_calls.cancel(self, created.name), created.name)
         self._job_name = created.name
-        ti = context.get("ti")
-        if ti is not None:
-            ti.xcom_push(key=JOB_NAME_KEY, value=created.name)
-            ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(created.name))
-            ti.xcom_push(key=LINKS_KEY, value=console_links(created.name, step.resource_id))
+        observe.job_created(context, created.name, step.resource_id)
         return created.name
 
     def wait_for_job(self, context: Context, job_name: str) -> dict[str, Any]:
@@ -832,21 +801,13 @@ class VertexTrainingOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Sync mode (the worker polls): cancel the job when the task is killed (a race: every member)."""
-        from airflow_gpu_sched.orchestration.job_types import job_type_of
-        for name in self._race_jobs:
-            from airflow_gpu_sched.vertex.client import InvalidArgumentError
+        from airflow_gpu_sched.vertex.client import InvalidArgumentError
 
-            self.log.info("task killed: cancelling race member %s", name)
+        jobs = [(name, "race member ") for name in self._race_jobs] + ([(self._job_name, "")] if self._job_name else [])
+        for name, what in jobs:
+            self.log.info("task killed: cancelling %s%s", what, name)
             try:
-                job_type_of(name).cancel(self.client(name.split("/")[3]), name)
-            except InvalidArgumentError:
-                pass  # already finished
-        if self._job_name:
-            from airflow_gpu_sched.vertex.client import InvalidArgumentError
-
-            self.log.info("task killed: cancelling %s", self._job_name)
-            try:
-                job_type_of(self._job_name).cancel(self.client(self._job_name.split("/")[3]), self._job_name)
+                vertex_calls.cancel(self, name)
             except InvalidArgumentError:
                 pass  # already finished
 

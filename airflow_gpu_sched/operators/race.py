@@ -23,9 +23,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators import region_order
-from airflow_gpu_sched.orchestration import signals
-from airflow_gpu_sched.orchestration.accounting import attempt_record, console_url
+from airflow_gpu_sched.operators import observe, vertex_calls
+from airflow_gpu_sched.orchestration.accounting import attempt_record
 from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, validate_event
 
@@ -127,28 +126,13 @@ def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Subm
 def submit_member(op: Any, context: Any, ledger: SubmissionLedger, entry: engine.RaceEntry) -> str:
     """Create one member under its own submission key (saved first; an ambiguous create is
     reconciled by that key's label, as a single job's); its name is saved before anything else."""
-    from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS
-    from airflow_gpu_sched.vertex.client import AmbiguousCreateError
-
     member = _member(ledger, entry.index, create=True)
     if not member.get("key"):
         member["key"] = uuid.uuid4().hex
         ledger.save()
     key = member["key"]
     job = op.validated_job(context, key, entry.step, entry.max_wait)
-    client = op.client(entry.location)
-    for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
-        try:
-            created = op.job_kind.create(client, op.job_kind.body(job, op.job_options()))
-            break
-        except AmbiguousCreateError as exc:
-            created = op._find_by_key(key, entry.location)
-            if created is not None:
-                break
-            if attempt == AMBIGUOUS_CREATE_ATTEMPTS:
-                raise
-            op.log.warning("create of race member %s was ambiguous (%s) and no job carries its key: creating again",
-                           entry.index, exc)
+    created = vertex_calls.create(op, job, key, entry.location, f"race member {entry.index}")
     member["job_name"] = created.name
     ledger.save()
     op.log.info("race member %s (%s in %s): created %s", entry.index, entry.step.strategy, entry.location,
@@ -160,7 +144,6 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
     """At a try's start, each member of a race in flight: its job (by name, or by its key's
     label when the try that created it died before saving the name), or None."""
     from airflow_gpu_sched.orchestration import plan_engine as engine
-    from airflow_gpu_sched.vertex.client import NotFoundError
 
     if not in_flight(ledger):
         return None
@@ -171,15 +154,11 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
             continue
         resource, by_key = None, False
         if member.get("job_name"):
-            try:
-                resource = job_type_of(member["job_name"]).get(op.client(member["job_name"].split("/")[3]),
-                                                              member["job_name"])
-            except NotFoundError:
-                resource = None
+            resource = vertex_calls.find_by_name(op, member["job_name"], missing_ok=True)
         elif member.get("key"):
             step = op.plan[int(ledger.data.get("position", 0))]
             location = step.member_location(member["index"], step_location)
-            resource, by_key = op._find_by_key(member["key"], location), True
+            resource, by_key = vertex_calls.find_by_key(op, member["key"], location), True
             if resource is not None:
                 member["job_name"] = resource.name
                 ledger.save()
@@ -253,19 +232,13 @@ def carry_out(op: Any, ledger: SubmissionLedger, effect: Any, context: Any = Non
         ledger.save()
         op._job_name = effect.job_name
         op._race_jobs = []
-        ti = context.get("ti") if context is not None else None
-        if ti is not None:
-            from airflow_gpu_sched.operators.links import LINKS_KEY, console_links
-
-            ti.xcom_push(key="job_name", value=effect.job_name)
-            ti.xcom_push(key="console_url", value=console_url(effect.job_name))
-            ti.xcom_push(key=LINKS_KEY, value=console_links(effect.job_name, None))
+        observe.job_created(context, effect.job_name)
 
 
 def close_member(op: Any, ledger: SubmissionLedger, close: engine.CloseMember) -> None:
     """A member's attempt, from its job as it ended (a GET: the list views carry no pools)."""
     kind = job_type_of(close.job_name)
-    resource = kind.get(op.client(close.location), close.job_name)
+    resource = vertex_calls.find_by_name(op, close.job_name)
     job = kind.view(resource)
     observed = (ledger.data.get("observed") or {}).get(close.job_name)
     record = attempt_record(job, close.strategy, close.outcome, close.restarts, kind.gpu_hours(resource), observed)
@@ -277,12 +250,8 @@ def close_member(op: Any, ledger: SubmissionLedger, close: engine.CloseMember) -
         member["closed"] = True
     ledger.data["attempts"] = [*ledger.attempts, record]  # one write with the member's mark
     ledger.save()
-    op.log.info("race member %s %s: %s, queued %.0fs, ran %.0fs, %.3f GPU-hours", close.index,
-                "lost, cancelled" if close.race == "lost" else "ended", job.state.value if job.state else "?",
-                record["queued_seconds"], record["run_seconds"], record["gpu_hours"])
-    # as a single job's attempt closes (base._close_attempt): the region history and the metrics
-    region_order.record(op, record, close.preemptions)
-    signals.attempt_finished(op, record, close.preemptions)
+    observe.attempt_closed(op, record, close.preemptions, "race member {} {}: {}".format(  # as a single job's
+        close.index, "lost, cancelled" if close.race == "lost" else "ended", job.state.value if job.state else "?"))
 
 
 def mark_winner(ledger: SubmissionLedger, record: dict[str, Any]) -> None:

@@ -1,0 +1,72 @@
+"""The operator's calls to Vertex AI, each written once, for a single job (operators/base.py) and
+a race's members (operators/race.py) alike: a job by name, a job by its submission key's label,
+the create under a submission key (one reconcile loop for an ambiguous create), the cancel.
+
+The operator reaches the service through its own ``client(location)`` (the connection, the
+impersonation chain and the endpoint of that region), not through ``self.hook``: the triggers
+build the same client from the same connection in the triggerer, and the tests' fakes of the
+service are the emulator, not a hook.
+
+May import: vertex, orchestration, operators; airflow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS
+from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
+
+if TYPE_CHECKING:
+    from airflow_gpu_sched.vertex.models import CustomJob
+
+
+def location_of(job_name: str) -> str:
+    """``projects/p/locations/<region>/...``: the region a resource lives in."""
+    return job_name.split("/")[3]
+
+
+def find_by_name(op: Any, job_name: str, missing_ok: bool = False) -> Any:
+    """The job (of its own type) as the service has it now; None when gone and ``missing_ok``."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.vertex.client import NotFoundError
+
+    try:
+        return job_type_of(job_name).get(op.client(location_of(job_name)), job_name)
+    except NotFoundError:
+        if not missing_ok:
+            raise
+        return None
+
+
+def find_by_key(op: Any, key: str, location: str) -> Any:
+    """The job carrying submission key ``key`` in ``location``, or None."""
+    flt = f'labels.{SUBMISSION_LABEL}="{key}"'  # "labels.key=value" (ListCustomJobsRequest.filter)
+    return next(op.job_kind.list_all(op.client(location), flt, 10), None)  # empty pages too
+
+
+def create(op: Any, job: CustomJob, key: str, location: str, what: str) -> Any:
+    """Create ``job`` (labelled with submission key ``key``) in ``location``. A create whose
+    outcome is unknown may or may not have made a job: the key's label says which; only when no
+    job carries it is the create sent again (at most :data:`AMBIGUOUS_CREATE_ATTEMPTS` times)."""
+    from airflow_gpu_sched.vertex.client import AmbiguousCreateError
+
+    client = op.client(location)
+    for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
+        try:
+            return op.job_kind.create(client, op.job_kind.body(job, op.job_options()))
+        except AmbiguousCreateError as exc:
+            found = find_by_key(op, key, location)
+            if found is not None:
+                return found
+            if attempt == AMBIGUOUS_CREATE_ATTEMPTS:
+                raise
+            op.log.warning("create of %s was ambiguous (%s) and no job carries its key: creating again", what, exc)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def cancel(op: Any, job_name: str) -> None:
+    """Ask the service to cancel the job (of its own type)."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+
+    job_type_of(job_name).cancel(op.client(location_of(job_name)), job_name)
