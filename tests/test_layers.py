@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -302,3 +303,29 @@ def test_a_dag_file_importing_the_operators_loads_no_model_rule_plan_or_client()
                            cwd=REPO).stdout.split()
     assert "airflow_gpu_sched.operators.base" in added
     assert [m for m in added if m.startswith(HEAVY_AT_PARSE)] == []
+
+
+def _engine_outputs() -> set[str]:
+    """The names of the engine's actions and effects (what the run loop's two tables key on)."""
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    actions = {name for name, value in vars(engine).items()
+               if isinstance(value, type) and issubclass(value, engine.Action) and value is not engine.Action}
+    effects = {getattr(arg, "__forward_arg__", getattr(arg, "__name__", "")) for arg in typing.get_args(engine.Effect)}
+    return actions | effects
+
+
+def test_no_isinstance_over_the_engines_actions_or_effects_outside_the_run_loops_tables():
+    """A new action or effect is one row of operators/run.py's tables: nothing else dispatches on
+    their types (the engine builds them; ``Action.moves`` reads its own effects)."""
+    outputs = _engine_outputs()
+    found = []
+    for module, path in MODULES.items():
+        if module == f"{PACKAGE}.orchestration.plan_types":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                named = {getattr(n, "id", None) or getattr(n, "attr", None) for n in ast.walk(node.args[1])}
+                if named & outputs:
+                    found.append(f"{module}:{node.lineno} isinstance(..., {sorted(named & outputs)})")
+    assert not found, found

@@ -29,24 +29,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
-from airflow_gpu_sched.operators import lineage, observe, region_order, vertex_calls
+from airflow_gpu_sched.operators import lineage, observe, region_order, run, vertex_calls
+from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
-from airflow_gpu_sched.orchestration import assets, signals
+from airflow_gpu_sched.operators.running import now as _now
+from airflow_gpu_sched.operators.running import try_number as _try_number
+from airflow_gpu_sched.orchestration import assets
 from airflow_gpu_sched.orchestration.errors import (
-    CapacityUnavailable,
-    CapacityWaitExpired,
     DeadlineExceeded,
-    GpuTrainingError,
     InvalidTrainingSpec,
-    PersistentCapacityTimeout,
-    PersistentResourceUnavailable,
-    PreemptionBudgetExhausted,
-    QuotaTooLow,
-    TrainingJobCancelled,
     TrainingJobFailed,
     TrainingJobFailedNoRetry,
-    TrainingJobTimedOut,
     VertexUnreachable,
 )
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
@@ -338,7 +332,7 @@ class VertexTrainingOperator(BaseOperator):
         from airflow_gpu_sched.orchestration.plans import positions
         return positions(self.plan, self.location, self.regions_first)
 
-    def _engine_plan(self, context: Context, ledger: SubmissionLedger) -> engine.Plan:
+    def engine_plan(self, context: Context, ledger: SubmissionLedger) -> engine.Plan:
         from airflow_gpu_sched.orchestration import plan_engine as engine
 
         return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
@@ -510,106 +504,8 @@ class VertexTrainingOperator(BaseOperator):
 
     def _run(self, context: Context, ledger: SubmissionLedger, event: engine.PlanEvent,
              ended: _Ended | None = None) -> Any:
-        """Decide, carry the action out, feed its outcome back; until the plan succeeds or
-        fails. A deferral (``self.defer``) ends the loop here; ``execute_complete`` or
-        ``execute_capacity`` starts it again with the trigger's event."""
-        from airflow_gpu_sched.orchestration import plan_engine as engine
-
-        plan = self._engine_plan(context, ledger)
-        self._ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
-        while True:
-            action = engine.decide(plan, engine.State.of(ledger.data), event)
-            for effect in action.effects:
-                if isinstance(effect, (engine.CloseMember, engine.Won)):  # a race's (operators/race.py)
-                    from airflow_gpu_sched.operators import race
-
-                    race.carry_out(self, ledger, effect, context)
-                    continue
-                self._carry_out(ledger, effect, ended)
-            if isinstance(action, engine.Succeed):
-                result = self.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
-                lineage.task_succeeded(self, context, result)  # the outlets' Asset events
-                return result
-            if isinstance(action, engine.Fail):
-                failure = action.failure  # kept: a later try tells a retry from a clear by it
-                ledger.note_failure(failure.kind, failure.message, failure.job_name, failure.detail,
-                                    _try_number(context))
-                raise _error(failure)
-            event, ended = self._act(context, ledger, action)
-
-    def _carry_out(self, ledger: SubmissionLedger, effect: engine.Effect, ended: _Ended | None) -> None:
-        from airflow_gpu_sched.orchestration import plan_engine as engine
-
-        if isinstance(effect, engine.Note):
-            getattr(self.log, effect.level)(effect.text)
-        elif isinstance(effect, engine.Close):
-            self._close_attempt(ledger, effect, ended)
-        elif isinstance(effect, engine.NewRun):
-            ledger.new_run()
-            region_order.keep(self, ledger)  # the order this run's positions were decided in
-        elif isinstance(effect, engine.Rewind):
-            ledger.move_to(0)
-        elif isinstance(effect, engine.Move):
-            self.log.warning(effect.text)
-            signals.fell_back(self, effect.record())
-            ledger.move_to(effect.dst)
-
-    def _close_attempt(self, ledger: SubmissionLedger, close: engine.Close, ended: _Ended | None) -> None:
-        from airflow_gpu_sched.orchestration.accounting import attempt_record, no_job_record
-        where = {"position": close.position, "location": close.location}
-        if close.job_name is None:  # the attempt never got a job
-            record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
-            ledger.finish_attempt(record)
-            observe.no_job_closed(self, record)
-            return
-        assert ended is not None, "a job's attempt is closed with the resource it ended as"
-        job = ended.kind.view(ended.resource)
-        gpu_hours = ended.kind.gpu_hours(ended.resource)
-        record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours, ended.observed)
-        record.update(where)
-        if ledger.data.get("race"):
-            from airflow_gpu_sched.operators import race
-
-            race.mark_winner(ledger, record)
-        if close.state:
-            record.update(state=close.state, error=close.error)
-        ledger.finish_attempt(record, close.preemptions, completed=close.completed)
-        observe.attempt_closed(self, record, close.preemptions, f"{job.name} ended {job.state.value}")
-
-    def _act(self, context: Context, ledger: SubmissionLedger,
-             action: engine.Action) -> tuple[engine.PlanEvent, _Ended | None]:
-        """Carry out one action; what came of it, as the next event (and the job it ended with)."""
-        from airflow_gpu_sched.orchestration import plan_engine as engine
-
-        if isinstance(action, engine.ReadQuota):
-            return self._read_quota(action.step, action.location), None
-        if isinstance(action, engine.ReadResource):
-            return self._read_resource(context, action), None
-        if isinstance(action, engine.ReadReservation):
-            return self._read_reservation(context, action), None
-        if isinstance(action, engine.Submit):
-            from airflow_gpu_sched.vertex.client import QuotaExceededError
-
-            try:
-                name = self.submit(context, ledger, action.step, action.location, action.max_wait)
-            except QuotaExceededError as exc:
-                if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
-                    raise
-                return engine.CreateRefused(now=_now(), message=exc.message, text=str(exc)), None
-            return engine.Created(now=_now(), job_name=name), None
-        if isinstance(action, (engine.WaitForJob, engine.ReAttach)):
-            if isinstance(action, engine.WaitForJob):  # kept across tries: a retry re-attaches with the same instant
-                ledger.set_running_bound(action.running_by, action.why)
-            return self._job_event(context, self.wait_for_job(context, action.job_name))
-        if isinstance(action, (engine.ReadRaceQuotas, engine.SubmitRace, engine.WaitForRace)):
-            from airflow_gpu_sched.operators import race
-
-            return race.act(self, context, ledger, action)
-        if isinstance(action, engine.WaitForCapacity):
-            ledger.note_waiting_since(_now())
-            spec = self.validated_job(context, step=action.step).job_spec.to_api()
-            return self._capacity_event(self.wait_for_capacity(context, action.name, spec, action.wait)), None
-        raise TypeError(f"not an action to carry out: {action!r}")
+        """The run loop (:mod:`.run`), from ``event``."""
+        return run.run(self, context, ledger, event, ended)
 
     # ------------------------------------------------------------------ the actions' I/O
 
@@ -821,24 +717,6 @@ class _Ended:
     observed: dict[str, Any] | None = None  # the states the trigger saw (orchestration/state_times.py)
 
 
-# The typed errors, by the name the plan's decisions give them (plan_engine returns no exception).
-ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
-    TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobTimedOut, TrainingJobCancelled, CapacityWaitExpired,
-    PreemptionBudgetExhausted,
-    PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
-    VertexUnreachable)}
-
-
-def _error(failure: engine.Failure) -> Exception:
-    if failure.kind == "InvalidTrainingSpec":
-        return InvalidTrainingSpec(list(failure.violations), failure.message)
-    return ERRORS[failure.kind](failure.message, failure.job_name, failure.detail, log_tail=failure.log_tail)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 @contextmanager
 def vertex_reachable() -> Iterator[None]:
     """Calls that still fail after the client's retries (bounded by the transient-error
@@ -887,10 +765,6 @@ def _count_limit(name: str, value: Any, allow_none: bool = False) -> int | None:
         rule = "a whole number >= 0" + (" or None" if allow_none else "")
         raise InvalidTrainingSpec([Violation(name, f"must be {rule} (got {value!r})")])
     return value
-
-
-def _try_number(context: Context) -> int | None:
-    return getattr(context.get("ti"), "try_number", None)
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:

@@ -20,10 +20,11 @@ May import: vertex, orchestration, triggers, operators; airflow.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_sched.operators import observe, vertex_calls
+from airflow_gpu_sched.operators.running import now as _now
+from airflow_gpu_sched.operators.running import try_number as _try_number
 from airflow_gpu_sched.orchestration.accounting import attempt_record
 from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, validate_event
@@ -34,14 +35,6 @@ if TYPE_CHECKING:
 
 RACE_KEY = "race"
 RACE_EVENTS = ("race_won", "race_ended", "error")
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _try_number(context: Any) -> int | None:
-    return getattr(context.get("ti"), "try_number", None)
 
 
 def _block(ledger: SubmissionLedger) -> dict[str, Any]:
@@ -72,30 +65,31 @@ def member_jobs(ledger: SubmissionLedger) -> list[str]:
 # ---------------------------------------------------------------------------------------- actions
 
 
-def act(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Action) -> tuple[Any, Any]:
+def read_quotas(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadRaceQuotas,
+                ended: Any = None) -> tuple[engine.RaceQuotasRead, None]:
     from airflow_gpu_sched.orchestration import plan_engine as engine
 
-    if isinstance(action, engine.ReadRaceQuotas):
-        too_low, unreadable = [], []
-        for entry in action.members:
-            read = op._read_quota(entry.step, entry.location)
-            if read.unreadable:
-                unreadable.append(entry.index)
-            elif read.too_low:
-                too_low.append((entry.index, read.too_low))
-        return engine.RaceQuotasRead(now=_now(), too_low=tuple(too_low), unreadable=tuple(unreadable)), None
-    if isinstance(action, engine.SubmitRace):
-        return _submit(op, context, ledger, action), None
-    if isinstance(action, engine.WaitForRace):
-        for wait in action.members:  # kept across tries: a re-attached trigger enforces the same instants
-            member = _member(ledger, wait.index, create=True)
-            member.update(running_by=wait.running_by, why=wait.why)
-        ledger.save()
-        return race_event(op, context, wait_for_race(op, context, action))
-    raise TypeError(f"not a race action: {action!r}")
+    too_low, unreadable = [], []
+    for entry in action.members:
+        read = op._read_quota(entry.step, entry.location)
+        if read.unreadable:
+            unreadable.append(entry.index)
+        elif read.too_low:
+            too_low.append((entry.index, read.too_low))
+    return engine.RaceQuotasRead(now=_now(), too_low=tuple(too_low), unreadable=tuple(unreadable)), None
 
 
-def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.SubmitRace) -> engine.RaceCreated:
+def wait(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForRace,
+         ended: Any = None) -> tuple[engine.RaceEnded, Any]:
+    for member_wait in action.members:  # kept across tries: a re-attached trigger enforces the same instants
+        member = _member(ledger, member_wait.index, create=True)
+        member.update(running_by=member_wait.running_by, why=member_wait.why)
+    ledger.save()
+    return race_event(op, context, wait_for_race(op, context, action))
+
+
+def submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.SubmitRace,
+           ended: Any = None) -> tuple[engine.RaceCreated, None]:
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow_gpu_sched.vertex.client import QuotaExceededError
 
@@ -120,7 +114,7 @@ def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Subm
             refused.append((entry.index, exc.message, str(exc)))
     jobs = tuple((m["index"], m["job_name"]) for m in _block(ledger)["members"]
                  if m.get("job_name") and not m.get("closed"))
-    return engine.RaceCreated(now=_now(), jobs=jobs, refused=tuple(refused))
+    return engine.RaceCreated(now=_now(), jobs=jobs, refused=tuple(refused)), None
 
 
 def submit_member(op: Any, context: Any, ledger: SubmissionLedger, entry: engine.RaceEntry) -> str:
@@ -218,24 +212,21 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
 # ---------------------------------------------------------------------------------------- effects
 
 
-def carry_out(op: Any, ledger: SubmissionLedger, effect: Any, context: Any = None) -> None:
-    from airflow_gpu_sched.orchestration import plan_engine as engine
-
-    if isinstance(effect, engine.CloseMember):
-        close_member(op, ledger, effect)
-    elif isinstance(effect, engine.Won):
-        race = _block(ledger)
-        member = _member(ledger, effect.index) or {}
-        race["winner"] = effect.index
-        ledger.data.update(job_name=effect.job_name, submission_key=member.get("key"), job_try=race.get("try"),
-                           running_bound=None)
-        ledger.save()
-        op._job_name = effect.job_name
-        op._race_jobs = []
-        observe.job_created(context, effect.job_name)
+def won(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Won, ended: Any = None) -> None:
+    """The member ``effect.index`` won: its job becomes the task's job."""
+    race = _block(ledger)
+    member = _member(ledger, effect.index) or {}
+    race["winner"] = effect.index
+    ledger.data.update(job_name=effect.job_name, submission_key=member.get("key"), job_try=race.get("try"),
+                       running_bound=None)
+    ledger.save()
+    op._job_name = effect.job_name
+    op._race_jobs = []
+    observe.job_created(context, effect.job_name)
 
 
-def close_member(op: Any, ledger: SubmissionLedger, close: engine.CloseMember) -> None:
+def close_member(op: Any, context: Any, ledger: SubmissionLedger, close: engine.CloseMember,
+                 ended: Any = None) -> None:
     """A member's attempt, from its job as it ended (a GET: the list views carry no pools)."""
     kind = job_type_of(close.job_name)
     resource = vertex_calls.find_by_name(op, close.job_name)

@@ -1,5 +1,5 @@
-"""What the operator and its race I/O (:mod:`.race`) share: running a trigger in the worker,
-and how many ambiguous creates are reconciled before failing.
+"""What the operator, its run loop and its race I/O share: running a trigger in the worker, the
+clock, the try number, and how many ambiguous creates are reconciled before failing.
 
 May import: nothing of this package; airflow.
 """
@@ -7,12 +7,21 @@ May import: nothing of this package; airflow.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def try_number(context: Any) -> int | None:
+    return getattr(context.get("ti"), "try_number", None)
 
 
 def first_event(trigger: BaseTrigger) -> dict[str, Any]:

@@ -1,0 +1,196 @@
+"""The run loop of a training task: decide, carry the action out, feed what came of it back as
+the next event, until the plan succeeds or fails. A deferral (``op.defer``) ends the loop; the
+``execute_*`` entry point the trigger names starts it again with the trigger's event.
+
+Two tables, races included: the engine's action type -> the handler that carries it out (and
+answers with the next event, and the job it ended with), the effect type -> the handler that
+applies it. A new action or effect is one row here and its handler; nothing else dispatches on
+their types.
+
+May import: vertex, orchestration, operators; airflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, Callable
+
+from airflow_gpu_sched.operators import lineage, observe, region_order
+from airflow_gpu_sched.operators.running import now, try_number
+from airflow_gpu_sched.orchestration import signals
+from airflow_gpu_sched.orchestration.errors import (
+    CapacityUnavailable,
+    CapacityWaitExpired,
+    DeadlineExceeded,
+    GpuTrainingError,
+    InvalidTrainingSpec,
+    PersistentCapacityTimeout,
+    PersistentResourceUnavailable,
+    PreemptionBudgetExhausted,
+    QuotaTooLow,
+    TrainingJobCancelled,
+    TrainingJobFailed,
+    TrainingJobFailedNoRetry,
+    TrainingJobTimedOut,
+    VertexUnreachable,
+)
+
+if TYPE_CHECKING:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
+
+
+# The typed errors, by the name the plan's decisions give them (plan_engine returns no exception).
+ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
+    TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobTimedOut, TrainingJobCancelled, CapacityWaitExpired,
+    PreemptionBudgetExhausted,
+    PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
+    VertexUnreachable)}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The plan succeeded: the task's result."""
+
+    result: Any
+
+
+def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any = None) -> Any:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    plan = op.engine_plan(context, ledger)
+    op._ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
+    while True:
+        action = engine.decide(plan, engine.State.of(ledger.data), event)
+        for effect in action.effects:
+            effects()[type(effect)](op, context, ledger, effect, ended)
+        out = actions()[type(action)](op, context, ledger, action, ended)
+        if isinstance(out, Finished):
+            return out.result
+        event, ended = out
+
+
+# ---------------------------------------------------------------------------------------- actions
+
+
+def _succeed(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Succeed, ended: Any) -> Finished:
+    result = op.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
+    lineage.task_succeeded(op, context, result)  # the outlets' Asset events
+    return Finished(result)
+
+
+def _fail(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Fail, ended: Any) -> None:
+    failure = action.failure  # kept: a later try tells a retry from a clear by it
+    ledger.note_failure(failure.kind, failure.message, failure.job_name, failure.detail, try_number(context))
+    if failure.kind == "InvalidTrainingSpec":
+        raise InvalidTrainingSpec(list(failure.violations), failure.message)
+    raise ERRORS[failure.kind](failure.message, failure.job_name, failure.detail, log_tail=failure.log_tail)
+
+
+def _read_quota(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadQuota, ended: Any) -> Any:
+    return op._read_quota(action.step, action.location), None
+
+
+def _read_resource(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadResource, ended: Any) -> Any:
+    return op._read_resource(context, action), None
+
+
+def _read_reservation(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadReservation,
+                      ended: Any) -> Any:
+    return op._read_reservation(context, action), None
+
+
+def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Submit, ended: Any) -> Any:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.vertex.client import QuotaExceededError
+
+    try:
+        name = op.submit(context, ledger, action.step, action.location, action.max_wait)
+    except QuotaExceededError as exc:
+        if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
+            raise
+        return engine.CreateRefused(now=now(), message=exc.message, text=str(exc)), None
+    return engine.Created(now=now(), job_name=name), None
+
+
+def _wait_for_job(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForJob, ended: Any) -> Any:
+    ledger.set_running_bound(action.running_by, action.why)  # kept across tries: a retry re-attaches with it
+    return op._job_event(context, op.wait_for_job(context, action.job_name))
+
+
+def _re_attach(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReAttach, ended: Any) -> Any:
+    return op._job_event(context, op.wait_for_job(context, action.job_name))
+
+
+def _wait_for_capacity(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForCapacity,
+                       ended: Any) -> Any:
+    ledger.note_waiting_since(now())
+    spec = op.validated_job(context, step=action.step).job_spec.to_api()
+    return op._capacity_event(op.wait_for_capacity(context, action.name, spec, action.wait)), None
+
+
+@cache
+def actions() -> dict[type, Callable[..., Any]]:
+    from airflow_gpu_sched.operators import race
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    return {engine.Succeed: _succeed, engine.Fail: _fail, engine.ReadQuota: _read_quota,
+            engine.ReadResource: _read_resource, engine.ReadReservation: _read_reservation, engine.Submit: _submit,
+            engine.WaitForJob: _wait_for_job, engine.ReAttach: _re_attach, engine.WaitForCapacity: _wait_for_capacity,
+            engine.ReadRaceQuotas: race.read_quotas, engine.SubmitRace: race.submit, engine.WaitForRace: race.wait}
+
+
+# ---------------------------------------------------------------------------------------- effects
+
+
+def _note(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Note, ended: Any) -> None:
+    getattr(op.log, effect.level)(effect.text)
+
+
+def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close, ended: Any) -> None:
+    from airflow_gpu_sched.orchestration.accounting import attempt_record, no_job_record
+
+    where = {"position": close.position, "location": close.location}
+    if close.job_name is None:  # the attempt never got a job
+        record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
+        ledger.finish_attempt(record)
+        observe.no_job_closed(op, record)
+        return
+    assert ended is not None, "a job's attempt is closed with the resource it ended as"
+    job = ended.kind.view(ended.resource)
+    gpu_hours = ended.kind.gpu_hours(ended.resource)
+    record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours, ended.observed)
+    record.update(where)
+    if ledger.data.get("race"):
+        from airflow_gpu_sched.operators import race
+
+        race.mark_winner(ledger, record)
+    if close.state:
+        record.update(state=close.state, error=close.error)
+    ledger.finish_attempt(record, close.preemptions, completed=close.completed)
+    observe.attempt_closed(op, record, close.preemptions, f"{job.name} ended {job.state.value}")
+
+
+def _new_run(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.NewRun, ended: Any) -> None:
+    ledger.new_run()
+    region_order.keep(op, ledger)  # the order this run's positions were decided in
+
+
+def _rewind(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Rewind, ended: Any) -> None:
+    ledger.move_to(0)
+
+
+def _move(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Move, ended: Any) -> None:
+    op.log.warning(effect.text)
+    signals.fell_back(op, effect.record())
+    ledger.move_to(effect.dst)
+
+
+@cache
+def effects() -> dict[type, Callable[..., None]]:
+    from airflow_gpu_sched.operators import race
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+
+    return {engine.Note: _note, engine.Close: _close, engine.NewRun: _new_run, engine.Rewind: _rewind,
+            engine.Move: _move, engine.CloseMember: race.close_member, engine.Won: race.won}
