@@ -98,23 +98,6 @@ def _wait_for_trigger(airflow: AirflowDeployment, run_id: str) -> None:
     time.sleep(2)  # and it has started watching (as scenario 4a of test_deployed.py waits)
 
 
-def _task_events(airflow: AirflowDeployment, run_id: str) -> str:
-    """The ``event`` of every line of the run's task logs (worker tries and triggers), in order:
-    what each try decided, which the log tail (mostly parsing lines) does not show."""
-    root = airflow.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
-    out = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        out.append(f"== {path.name}")
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                out.append(line[:300])
-                continue
-            out.append(f"{record.get('timestamp', '')} {record.get('level', '')} {str(record.get('event'))[:600]}")
-    return "\n".join(out)
-
-
 def _wait_until_cancelled(airflow: AirflowDeployment, names: set[str]) -> None:
     deadline = time.monotonic() + 45  # the trigger's on_kill cancels within a few poll intervals
     while True:
@@ -154,7 +137,7 @@ def test_a_race_task_cleared_while_deferred_cancels_every_member_and_races_anew(
     while len(_jobs(emulator)) < 4:
         ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
         assert ti["state"] not in ("failed", "success") and time.monotonic() < deadline, \
-            f"no new race: {ti}\n{_task_events(airflow, run_id)}"
+            f"no new race: {ti}\n{airflow.task_events(DAG_ID, run_id)}"
         time.sleep(0.5)
     assert airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=60) == "deferred"
     jobs = _jobs(emulator)
