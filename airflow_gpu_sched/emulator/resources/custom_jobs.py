@@ -24,9 +24,10 @@ from airflow_gpu_sched.emulator.resources.runs import JobRuns
 from airflow_gpu_sched.emulator.resources.store import (
     ADMISSION_START,
     Store,
-    cancel_of_ended,
+    cancel_wanted,
+    find,
     history_view,
-    parse_body,
+    parse_valid,
     refuse_unless_ended,
 )
 from airflow_gpu_sched.vertex.models import CustomJob, JobState
@@ -46,10 +47,7 @@ class CustomJobs:
         self.operations = operations
 
     def create(self, project: str, location: str, body: dict) -> dict:
-        job = parse_body(CustomJob, body)
-        found = check_custom_job(job)
-        if found:
-            raise violations_error(found)
+        job = parse_valid(CustomJob, body, check_custom_job)
         job = job.model_copy(update={"job_spec": fill_server_defaults(job.job_spec)})  # recorded: diskSpec
         record = self.new_job(project, location, job, self.store.clock.now(), admitted=False)
         answer = record.wire()  # the create answer has no startTime yet (recorded)
@@ -115,10 +113,7 @@ class CustomJobs:
         return record
 
     def record(self, name: str) -> JobRecord:
-        record = self.store.jobs.get(name)
-        if record is None:
-            raise ApiError("NOT_FOUND", "The CustomJob does not exist.")  # recorded: no name in it
-        return record
+        return find(self.store.jobs, name, "The CustomJob does not exist.")  # recorded: no name in it
 
     def get(self, name: str) -> dict:
         return self.record(name).wire()
@@ -131,7 +126,8 @@ class CustomJobs:
 
     def cancel(self, name: str) -> dict:
         record = self.record(name)
-        if not cancel_of_ended("CustomJob", name, record.state, self.store.scenario.variants.cancel_ended):
+        if cancel_wanted("CustomJob", name, record.state, S.JOB_STATE_CANCELLING,
+                         self.store.scenario.variants.cancel_ended):
             self.runs.cancel(record, self.store.clock.now())
         return {}
 

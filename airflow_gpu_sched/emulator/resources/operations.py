@@ -5,8 +5,7 @@ May import: vertex, emulator; never airflow.
 
 from __future__ import annotations
 
-from airflow_gpu_sched.emulator.api_errors import ApiError
-from airflow_gpu_sched.emulator.resources.store import Store
+from airflow_gpu_sched.emulator.resources.store import Store, find
 from airflow_gpu_sched.vertex.models import Operation, format_timestamp
 
 
@@ -40,7 +39,4 @@ class Operations:
         return op.to_api()
 
     def get(self, name: str) -> dict:
-        op = self.records.get(name)
-        if op is None:
-            raise ApiError("NOT_FOUND", f'Operation "{name}" does not exist.')
-        return op.to_api()
+        return find(self.records, name, f'Operation "{name}" does not exist.').to_api()

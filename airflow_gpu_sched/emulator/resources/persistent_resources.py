@@ -17,7 +17,7 @@ from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
 from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.resources.listing import offset_list
 from airflow_gpu_sched.emulator.resources.operations import Operations
-from airflow_gpu_sched.emulator.resources.store import Store, error_status, parse_body
+from airflow_gpu_sched.emulator.resources.store import Store, error_status, find, parse_valid
 from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource, PersistentResourceState
 from airflow_gpu_sched.vertex.rules import check_persistent_fit, check_persistent_resource
 
@@ -44,10 +44,7 @@ class PersistentResources:
         store.on("resource_ready", lambda name, _epoch, when: self._ready(name, when))
 
     def create(self, project: str, location: str, body: dict, resource_id: str, ready: bool = False) -> dict:
-        resource = parse_body(PersistentResource, body)
-        found = check_persistent_resource(resource, resource_id)
-        if found:
-            raise violations_error(found)
+        resource = parse_valid(PersistentResource, body, check_persistent_resource, resource_id)
         name = resource_name(project, location, resource_id)
         if name in self.records:
             raise ApiError("ALREADY_EXISTS", f"PersistentResource {name} already exists.")
@@ -80,10 +77,7 @@ class PersistentResources:
         self.store.freed(when)
 
     def _record(self, name: str) -> ResourceRecord:
-        record = self.records.get(name)
-        if record is None:
-            raise ApiError("NOT_FOUND", f'The PersistentResource "{name}" does not exist.')
-        return record
+        return find(self.records, name, f'The PersistentResource "{name}" does not exist.')
 
     def get(self, name: str) -> dict:
         return self._record(name).resource.to_api()

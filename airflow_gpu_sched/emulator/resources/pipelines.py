@@ -31,14 +31,8 @@ from airflow_gpu_sched.emulator.resources.custom_jobs import CustomJobs
 from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.resources.listing import list_page
 from airflow_gpu_sched.emulator.resources.model_registry import Models, RegistrationFailed
-from airflow_gpu_sched.emulator.resources.store import (
-    ADMISSION_START,
-    cancel_of_ended,
-    cancelled_status,
-    history_view,
-    parse_body,
-    refuse_unless_ended,
-)
+from airflow_gpu_sched.emulator.resources.store import ADMISSION_START, cancel_wanted, cancelled_status, find
+from airflow_gpu_sched.emulator.resources.store import history_view, parse_valid, refuse_unless_ended
 from airflow_gpu_sched.vertex.job_type_models import TrainingPipeline
 from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status
 from airflow_gpu_sched.vertex.rules import Violation, check_training_pipeline
@@ -76,10 +70,7 @@ class TrainingPipelines:
         store.on("pipeline_refused", lambda name, _epoch, when: self._refused(name, when))
 
     def create(self, project: str, location: str, body: dict) -> dict:
-        pipeline = parse_body(TrainingPipeline, body)
-        found = check_training_pipeline(pipeline)
-        if found:
-            raise violations_error(found)
+        pipeline = parse_valid(TrainingPipeline, body, check_training_pipeline)
         models = f"projects/{project}/locations/{location}/models"
         if pipeline.parent_model is not None and pipeline.parent_model not in self.models.records:
             raise violations_error([Violation(
@@ -118,10 +109,7 @@ class TrainingPipelines:
         return answer
 
     def _record(self, name: str) -> PipelineRecord:
-        record = self.records.get(name)
-        if record is None:
-            raise ApiError("NOT_FOUND", f'The TrainingPipeline "{name}" does not exist.')
-        return record
+        return find(self.records, name, f'The TrainingPipeline "{name}" does not exist.')
 
     def get(self, name: str) -> dict:
         return self._record(name).wire()
@@ -134,17 +122,16 @@ class TrainingPipelines:
 
     def cancel(self, name: str) -> dict:
         record = self._record(name)
-        state = record.pipeline.state
-        if cancel_of_ended("TrainingPipeline", name, state, self.store.scenario.variants.cancel_ended):
+        if not cancel_wanted("TrainingPipeline", name, record.pipeline.state, P.PIPELINE_STATE_CANCELLING,
+                             self.store.scenario.variants.cancel_ended):
             return {}
-        if state is not P.PIPELINE_STATE_CANCELLING:
-            now = self.store.clock.now()
-            self._state(record, P.PIPELINE_STATE_CANCELLING, now)
-            child = self.store.jobs.get(record.job_name or "")
-            if child is not None:
-                self.custom_jobs.runs.cancel(child, now)
-            else:  # no job to stop (refused for quota): cancelled at once
-                self._state(record, P.PIPELINE_STATE_CANCELLED, now, cancelled_status())
+        now = self.store.clock.now()
+        self._state(record, P.PIPELINE_STATE_CANCELLING, now)
+        child = self.store.jobs.get(record.job_name or "")
+        if child is not None:
+            self.custom_jobs.runs.cancel(child, now)
+        else:  # no job to stop (refused for quota): cancelled at once
+            self._state(record, P.PIPELINE_STATE_CANCELLED, now, cancelled_status())
         return {}
 
     def _refused(self, name: str, when: datetime) -> None:

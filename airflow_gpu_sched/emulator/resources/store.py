@@ -50,12 +50,25 @@ def cancelled_status() -> Status:
     return Status(code=1, message=CANCELED)
 
 
-def parse_body(cls: Any, body: dict) -> Any:
-    """A request body as the pydantic model ``cls``, or the 400 naming each bad field."""
+def parse_valid(cls: Any, body: dict, check: Callable[..., list], *args: Any) -> Any:
+    """A request body as the pydantic model ``cls`` that ``check`` (a ``vertex.rules`` check, with
+    ``args``) finds nothing wrong with, or the 400 naming each bad field and its rule."""
     try:
-        return cls.model_validate(body)
+        parsed = cls.model_validate(body)
     except ValidationError as exc:
         raise violations_error(parse_violations(exc)) from None
+    found = check(parsed, *args)
+    if found:
+        raise violations_error(found)
+    return parsed
+
+
+def find(records: dict[str, Any], name: str, not_found: str) -> Any:
+    """The record of ``name``, or a 404 with Google's ``not_found`` message."""
+    record = records.get(name)
+    if record is None:
+        raise ApiError("NOT_FOUND", not_found)
+    return record
 
 
 def refuse_unless_ended(kind: str, name: str, state: Any) -> None:
@@ -65,13 +78,14 @@ def refuse_unless_ended(kind: str, name: str, state: Any) -> None:
                                               "cancel it and wait for it to end before deleting it.")
 
 
-def cancel_of_ended(kind: str, name: str, state: Any, variant: str) -> bool:
-    """Cancel's rule for every job kind: True when ``state`` is an end and the cancel does
-    nothing (variant ``cancelEnded: noop``); raises when the cancel is refused (the default)."""
+def cancel_wanted(kind: str, name: str, state: Any, cancelling: Any, variant: str) -> bool:
+    """Cancel's rule for every job kind: True when the cancel has work to do (the job neither
+    ended nor ``cancelling`` already). A cancel of an ended job does nothing under variant
+    ``cancelEnded: noop`` and is refused otherwise (the default)."""
     if not state.is_terminal():
-        return False
+        return state is not cancelling
     if variant == "noop":
-        return True
+        return False
     raise ApiError("FAILED_PRECONDITION", f"Cannot cancel {kind} {name}: it is already in state {state.value}.")
 
 

@@ -36,20 +36,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from airflow_gpu_sched.emulator import studies
-from airflow_gpu_sched.emulator.api_errors import ApiError, cancel_failure, violations_error
+from airflow_gpu_sched.emulator.api_errors import cancel_failure
 from airflow_gpu_sched.emulator.capacity import tier_of
 from airflow_gpu_sched.emulator.defaults import fill_server_defaults
 from airflow_gpu_sched.emulator.resources.custom_jobs import CustomJobs
 from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.resources.listing import list_page
-from airflow_gpu_sched.emulator.resources.store import (
-    ADMISSION_START,
-    cancel_of_ended,
-    cancelled_status,
-    history_view,
-    parse_body,
-    refuse_unless_ended,
-)
+from airflow_gpu_sched.emulator.resources.store import ADMISSION_START, cancel_wanted, cancelled_status, find
+from airflow_gpu_sched.emulator.resources.store import history_view, parse_valid, refuse_unless_ended
 from airflow_gpu_sched.vertex.job_type_models import (
     HyperparameterTuningJob,
     Measurement,
@@ -98,10 +92,7 @@ class TuningJobs:
         store.on("tuning_cancelled", lambda name, _epoch, when: self._cancelled(name, when))
 
     def create(self, project: str, location: str, body: dict) -> dict:
-        job = parse_body(HyperparameterTuningJob, body)
-        found = check_tuning_job(job)
-        if found:
-            raise violations_error(found)
+        job = parse_valid(HyperparameterTuningJob, body, check_tuning_job)
         store = self.store
         now = store.clock.now()
         spec = job.trial_job_spec
@@ -129,10 +120,7 @@ class TuningJobs:
         return answer
 
     def _record(self, name: str) -> TuningRecord:
-        record = self.records.get(name)
-        if record is None:
-            raise ApiError("NOT_FOUND", "The HyperparameterTuningJob does not exist.")  # recorded: no name
-        return record
+        return find(self.records, name, "The HyperparameterTuningJob does not exist.")  # recorded: no name
 
     def get(self, name: str) -> dict:
         return self._record(name).wire()
@@ -145,18 +133,16 @@ class TuningJobs:
 
     def cancel(self, name: str) -> dict:
         record = self._record(name)
-        state = record.job.state
-        if cancel_of_ended("HyperparameterTuningJob", name, state, self.store.scenario.variants.cancel_ended):
+        if not cancel_wanted("HyperparameterTuningJob", name, record.job.state, S.JOB_STATE_CANCELLING,
+                             self.store.scenario.variants.cancel_ended):
             return {}
-        if state is not S.JOB_STATE_CANCELLING:
-            now = self.store.clock.now()
-            self._state(record, S.JOB_STATE_CANCELLING, now)
-            if record.trial_jobs:
-                self._stop_trials(record, now)
-                self._progress(record, now)
-            else:  # no trial to stop; recorded: still CANCELLED only seconds later (cancelSeconds)
-                self.store.schedule(now + timedelta(seconds=self.store.scenario.cancel_seconds),
-                                    "tuning_cancelled", name)
+        now = self.store.clock.now()
+        self._state(record, S.JOB_STATE_CANCELLING, now)
+        if record.trial_jobs:
+            self._stop_trials(record, now)
+            self._progress(record, now)
+        else:  # no trial to stop; recorded: still CANCELLED only seconds later (cancelSeconds)
+            self.store.schedule(now + timedelta(seconds=self.store.scenario.cancel_seconds), "tuning_cancelled", name)
         return {}
 
     def delete(self, name: str) -> dict:
