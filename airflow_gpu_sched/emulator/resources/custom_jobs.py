@@ -62,7 +62,7 @@ class CustomJobs:
         createTime + ~0.14 s, whatever the state (as recorded on real Vertex)."""
         if self.store.scenario.variants.start_time == "admission" and record.job.start_time is None:
             record.job.start_time = record.job.create_time + ADMISSION_START  # type: ignore[operator]
-            record._wire = None
+            record.changed()
 
     def new_job(self, project: str, location: str, job: CustomJob, now: datetime, owner: str | None = None,
                 check_quota: bool = True, admitted: bool = True) -> JobRecord:

@@ -50,6 +50,10 @@ class JobRecord:
             self._wire = self.job.to_api()
         return self._wire
 
+    def changed(self) -> None:
+        """Its job was changed in place: the next read builds the wire form again."""
+        self._wire = None
+
     def filter_record(self) -> dict:
         return {"display_name": self.job.display_name, "state": self.state.value,
                 "create_time": self.job.create_time, "labels": self.job.labels or {}}

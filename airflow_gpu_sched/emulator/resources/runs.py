@@ -233,7 +233,7 @@ class JobRuns:
         record.job.update_time = when
         record.epoch += 1
         record.history.append((state.value, when))
-        record._wire = None
+        record.changed()
         if record.owner is not None:  # a trial's or a pipeline's custom job moved
             for watcher in self._watchers:
                 watcher(record, when)
