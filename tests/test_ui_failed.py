@@ -5,13 +5,27 @@ against the emulator, one run failing for user code and one on its deadline."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+import requests
 
 from airflow_gpu_sched.orchestration.failure_record import FAILURE_KEY, env_values, scrub
 from tests.airflow_harness import run_dag
 from tests.conftest import LOCATION, PROJECT
+from tests.test_dashboard_browser import CHROMIUM, FLAGS
+
+REPO = Path(__file__).resolve().parent.parent
+# set to 1 to refresh docs/img/ui-plugin-failed-*.png from this test's screenshots
+UPDATE_SCREENSHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
@@ -52,10 +66,11 @@ def airflow(airflow_db, fast_emulator):
 
 
 def run_failing_nights(emulator):
-    """Both DAGs, each run once: (user-code run, deadline run)."""
-    user = run_dag(user_code_failure_dag(), logical_date=START)
+    """Both DAGs, each run once, an hour ago (inside the plugin's "last 3 days"): (user-code run, deadline run)."""
+    when = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
+    user = run_dag(user_code_failure_dag(), logical_date=when)
     emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
-    late = run_dag(deadline_dag(), logical_date=START)
+    late = run_dag(deadline_dag(), logical_date=when)
     return user, late
 
 
@@ -87,3 +102,105 @@ def test_a_failed_job_s_texts_lose_every_env_value_of_the_job():
     text = f"Traceback: token={SECRET} step 1 of abcdefg"
     assert scrub(text, env_values(wire)) == "Traceback: token=*** step 1 of ***g"
     assert scrub("x" * 9000, [])[-5:] == "[cut]"
+
+
+@contextmanager
+def airflow_api_server(monkeypatch):
+    """Airflow's own api-server app (REST API v2 on the test's metadata DB, the plugins it finds
+    by entry point mounted, ours at /gpu-sched) on a real socket; the simple auth manager signs
+    every request in as admin, as a deployment with ``simple_auth_manager_all_admins`` does."""
+    import socket
+
+    import uvicorn
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+
+    purge_cached_app()
+    app = create_app("core")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the api-server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        purge_cached_app()
+
+
+def _chromium(profile: Path, *args: str) -> str:
+    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
+                          timeout=180).stdout
+
+
+def _failure_rows(dom: str) -> list[str]:
+    return re.findall(r'<tr class="failed">.*?</tr>', dom, re.S)
+
+
+def test_the_plugin_shows_the_failed_nights_at_the_wire_and_in_chromium(airflow, monkeypatch, tmp_path):
+    user, late = run_failing_nights(airflow)
+    with airflow_api_server(monkeypatch) as base:
+        # at the wire: the plugin reads the records through the REST API v2 of this api-server
+        run_page = f"{base}/gpu-sched/dags/nightly_user_code/runs/{user.run_id}"
+        html = requests.get(run_page, timeout=60)
+        assert html.status_code == 200, html.text[-2000:]
+        assert '<table id="failures">' in html.text and "TrainingJobFailedNoRetry" in html.text
+        assert "train  FAILED: TrainingJobFailedNoRetry" in html.text  # the timeline's task row
+        assert "#1 SPOT us-central1" in html.text  # its attempt, drawn
+        job = user["train"].xcoms[FAILURE_KEY]["failure"]["job_name"]
+        assert f'href="https://console.cloud.google.com/vertex-ai/locations/{LOCATION}/training/' in html.text
+        assert job.rsplit("/", 1)[1] in html.text and SECRET not in html.text
+
+        if CHROMIUM is None:
+            pytest.skip("chromium not installed (.ci/run installs it): the wire part passed")
+        profile = tmp_path / "chromium"
+        # the run view: one failed task, its attempt and the error
+        dom = _chromium(profile, "--dump-dom", run_page)
+        rows = _failure_rows(dom)
+        assert len(rows) == 1 and "TrainingJobFailedNoRetry" in rows[0] and "failed, try 1" in rows[0], dom[-3000:]
+        # the DAG view of the deadline DAG: the deadline's message, and the SPOT attempt before it
+        dom = _chromium(profile, "--dump-dom", f"{base}/gpu-sched/dags/nightly_deadline?nights=7")
+        rows = _failure_rows(dom)
+        assert len(rows) == 1 and "DeadlineExceeded" in rows[0] and "FLEX_START skipped" in rows[0], dom[-3000:]
+        assert "train  FAILED: DeadlineExceeded" in dom and "#1 SPOT us-central1" in dom
+        # all DAGs: both failed nights
+        everything = f"{base}/gpu-sched/?nights=3"
+        dom = _chromium(profile, "--dump-dom", everything)
+        kinds = sorted(re.search(r'<td class="error">(\w+)</td>', r).group(1) for r in _failure_rows(dom))
+        assert kinds == ["DeadlineExceeded", "TrainingJobFailedNoRetry"], dom[-3000:]
+        assert SECRET not in dom
+
+        shots = {"ui-plugin-failed-run.png": run_page, "ui-plugin-failed-all.png": everything}
+        for name, url in shots.items():
+            shot = tmp_path / name
+            _chromium(profile, "--window-size=1400,900", f"--screenshot={shot}", url)
+            assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+            if UPDATE_SCREENSHOTS:
+                shutil.copy(shot, REPO / "docs" / "img" / name)
+
+
+def test_a_failed_record_s_links_are_console_pages_only_and_its_texts_are_escaped():
+    """XCom is written by whatever ran the task: a link elsewhere is no link, a text no markup."""
+    from airflow_gpu_sched.ui.page import failure_rows, render
+    from airflow_gpu_sched.ui.source import RunRecord, TaskRecord
+
+    links = {"custom_job": "https://console.cloud.google.com/vertex-ai/x", "logs": "javascript:alert(1)",
+             "other": "https://evil.example/console.cloud.google.com", "port": "https://console.cloud.google.com:8443/"}
+    record = {"attempts": [], "failure": {"kind": "DeadlineExceeded", "message": "<script>x</script>", "links": links,
+                                          "log_tail": "<b>line</b>", "try_number": 2}}
+    runs = [RunRecord("d", "r", None, "failed", [TaskRecord("t", -1, "up_for_retry", record),
+                                                 TaskRecord("ok", -1, "success", {"attempts": [], "failure": {}})])]
+    rows = failure_rows(runs, "console.cloud.google.com")
+    assert [(r[1], r[2], r[7]) for r in rows] == [
+        ("t", "up_for_retry, try 2", [("custom job", "https://console.cloud.google.com/vertex-ai/x")])]
+    html = render(runs, "d", [])
+    assert "<script>" not in html and "<b>line" not in html and "javascript:" not in html and "evil" not in html
+    assert "t  UP_FOR_RETRY: DeadlineExceeded" in html  # no attempt: the row says why instead

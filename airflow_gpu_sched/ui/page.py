@@ -22,7 +22,7 @@ p.scope a{margin-right:10px} .timeline{overflow-x:auto;border:1px solid #e3e6ea;
 table{border-collapse:collapse;font-size:13px} th,td{padding:3px 10px;border-bottom:1px solid #e3e6ea;text-align:left}
 th{background:#f6f7f9} td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .timeline svg{max-width:100%;height:auto;display:block} .error{color:#c0392b}
-#failures{margin-bottom:18px} #failures td{vertical-align:top} .said{color:#5b6270;margin-top:4px}
+#failures{margin-bottom:18px} #failures td{vertical-align:top} #failures td.what{max-width:760px;overflow-wrap:anywhere} .said{color:#5b6270;margin-top:4px}
 #failures pre{margin:6px 0 0;padding:6px;background:#f6f7f9;font-size:12px;max-width:760px;overflow-x:auto;white-space:pre-wrap}
 """
 # the console's host when Airflow's [gpu_sched] console_domain is not set (orchestration/console.py)
@@ -142,7 +142,7 @@ def render(runs: list[RunRecord], heading: str, links: list[tuple[str, str]], er
     if failed:
         rows = "".join(
             f'<tr class="failed"><td>{escape(r[0])}</td><td>{escape(r[1])}</td><td>{escape(r[2])}</td>'
-            f'<td class="error">{escape(r[3])}</td><td>{escape(r[4])}'
+            f'<td class="error">{escape(r[3])}</td><td class="what">{escape(r[4])}'
             + (f'<div class="said">Vertex AI says: {escape(r[5])}</div>' if r[5] else "")
             + (f"<pre>{escape(r[6])}</pre>" if r[6] else "")
             + "</td><td>" + " ".join(f'<a href="{escape(url)}" target="_blank" rel="noopener">{escape(text)}</a>'
