@@ -32,19 +32,19 @@ A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", 
 SECRET = "planted-s3cret-value-4711"  # in the job's env: must reach no XCom
 
 
-def user_code_failure_dag():
+def user_code_failure_dag(dag_id: str = "nightly_user_code"):
     from airflow.sdk import DAG
 
     from airflow_gpu_sched.operators import GpuTrainingOperator
 
-    with DAG("nightly_user_code", schedule=None, start_date=START) as dag:
+    with DAG(dag_id, schedule=None, start_date=START) as dag:
         GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
                             poll_interval=0.02, retries=0, plan=[{"strategy": "SPOT"}],
                             env={"EMULATOR_EXIT_CODE": "1", "HF_TOKEN": SECRET}, **A100)
     return dag
 
 
-def deadline_dag():
+def deadline_dag(dag_id: str = "nightly_deadline"):
     """SPOT finds no capacity (its bound before RUNNING runs out), and by then too little is left
     before the deadline (expected run time 1 h; deadline 1 h 40 s away) for FLEX_START's minimum wait."""
     from airflow.sdk import DAG
@@ -52,7 +52,7 @@ def deadline_dag():
     from airflow_gpu_sched.operators import GpuTrainingOperator
 
     deadline = datetime.now(timezone.utc) + timedelta(hours=1, seconds=40)
-    with DAG("nightly_deadline", schedule=None, start_date=START) as dag:
+    with DAG(dag_id, schedule=None, start_date=START) as dag:
         GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
                             poll_interval=0.02, retries=0, deadline=deadline, expected_run_time="1h",
                             plan=[{"strategy": "SPOT", "capacity_wait_timeout": 0.5},
@@ -65,12 +65,13 @@ def airflow(airflow_db, fast_emulator):
     return fast_emulator
 
 
-def run_failing_nights(emulator):
-    """Both DAGs, each run once, an hour ago (inside the plugin's "last 3 days"): (user-code run, deadline run)."""
+def run_failing_nights(emulator, suffix: str = ""):
+    """Both DAGs, each run once, an hour ago (inside the plugin's "last 3 days"): (user-code run,
+    deadline run). ``suffix``: DAG ids of this test's own (the session's DB keeps other tests' runs)."""
     when = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
-    user = run_dag(user_code_failure_dag(), logical_date=when)
+    user = run_dag(user_code_failure_dag("nightly_user_code" + suffix), logical_date=when)
     emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
-    late = run_dag(deadline_dag(), logical_date=when)
+    late = run_dag(deadline_dag("nightly_deadline" + suffix), logical_date=when)
     return user, late
 
 
@@ -146,10 +147,10 @@ def _failure_rows(dom: str) -> list[str]:
 
 
 def test_the_plugin_shows_the_failed_nights_at_the_wire_and_in_chromium(airflow, monkeypatch, tmp_path):
-    user, late = run_failing_nights(airflow)
+    user, late = run_failing_nights(airflow, "_ui")
     with airflow_api_server(monkeypatch) as base:
         # at the wire: the plugin reads the records through the REST API v2 of this api-server
-        run_page = f"{base}/gpu-sched/dags/nightly_user_code/runs/{user.run_id}"
+        run_page = f"{base}/gpu-sched/dags/{user.dag_id}/runs/{user.run_id}"
         html = requests.get(run_page, timeout=60)
         assert html.status_code == 200, html.text[-2000:]
         assert '<table id="failures">' in html.text and "TrainingJobFailedNoRetry" in html.text
@@ -167,14 +168,16 @@ def test_the_plugin_shows_the_failed_nights_at_the_wire_and_in_chromium(airflow,
         rows = _failure_rows(dom)
         assert len(rows) == 1 and "TrainingJobFailedNoRetry" in rows[0] and "failed, try 1" in rows[0], dom[-3000:]
         # the DAG view of the deadline DAG: the deadline's message, and the SPOT attempt before it
-        dom = _chromium(profile, "--dump-dom", f"{base}/gpu-sched/dags/nightly_deadline?nights=7")
+        dom = _chromium(profile, "--dump-dom", f"{base}/gpu-sched/dags/{late.dag_id}?nights=7")
         rows = _failure_rows(dom)
         assert len(rows) == 1 and "DeadlineExceeded" in rows[0] and "FLEX_START skipped" in rows[0], dom[-3000:]
         assert "train  FAILED: DeadlineExceeded" in dom and "#1 SPOT us-central1" in dom
-        # all DAGs: both failed nights
+        assert user.dag_id not in dom  # the DAG view is that DAG's only
+        # all DAGs: both failed nights (and other tests' runs in the session's DB)
         everything = f"{base}/gpu-sched/?nights=3"
         dom = _chromium(profile, "--dump-dom", everything)
-        kinds = sorted(re.search(r'<td class="error">(\w+)</td>', r).group(1) for r in _failure_rows(dom))
+        kinds = sorted(re.search(r'<td class="error">(\w+)</td>', r).group(1) for r in _failure_rows(dom)
+                       if f"{user.dag_id}  {user.run_id}" in r or f"{late.dag_id}  {late.run_id}" in r)
         assert kinds == ["DeadlineExceeded", "TrainingJobFailedNoRetry"], dom[-3000:]
         assert SECRET not in dom
 
