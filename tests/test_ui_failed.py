@@ -207,3 +207,41 @@ def test_a_failed_record_s_links_are_console_pages_only_and_its_texts_are_escape
     html = render(runs, "d", [])
     assert "<script>" not in html and "<b>line" not in html and "javascript:" not in html and "evil" not in html
     assert "t  UP_FOR_RETRY: DeadlineExceeded" in html  # no attempt: the row says why instead
+
+
+@pytest.fixture
+def executing(airflow_db, tmp_path, monkeypatch):
+    """An emulator that runs each job's command as a local process (its log lines are the
+    command's output), fast; ``google_cloud_default`` points at it."""
+    from airflow_gpu_sched.emulator import EmulatorServer, Scenario
+    from airflow_gpu_sched.emulator.control import EmulatorControl
+
+    with EmulatorServer(Scenario(seed=1, speed=1, execute=True, execute_root=str(tmp_path))) as server:
+        control = EmulatorControl(server.url)
+        control.reset({"seed": 1, "speed": 50, "queueSeconds": 1, "provisioningSeconds": 5})
+        monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": {"project": PROJECT, "api_endpoint": server.url}}))
+        yield control
+        control.reset({})  # stops the processes
+
+
+def test_a_secret_the_failing_code_prints_is_cut_from_the_record(executing):
+    """The training code prints its env's token, then fails: the task log's tail has the line,
+    the record (and so the UI) has it with the value cut out."""
+    import sys
+
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    script = "import os, sys; print('token=' + os.environ['HF_TOKEN'], file=sys.stderr); sys.exit(3)"
+    with DAG("nightly_prints_its_token", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="local",
+                            command=[sys.executable, "-c", script], poll_interval=0.05, retries=0,
+                            plan=[{"strategy": "SPOT"}], env={"HF_TOKEN": SECRET}, **A100)
+    result = run_dag(dag, logical_date=START)
+    assert result["train"].state == "failed"
+    failure = result["train"].xcoms[FAILURE_KEY]["failure"]
+    assert "non-zero status of 3" in failure["detail"]
+    assert "token=***" in failure["log_tail"], failure["log_tail"]
+    assert SECRET not in json.dumps(result["train"].xcoms)
