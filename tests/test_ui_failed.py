@@ -245,3 +245,15 @@ def test_a_secret_the_failing_code_prints_is_cut_from_the_record(executing):
     assert "non-zero status of 3" in failure["detail"]
     assert "token=***" in failure["log_tail"], failure["log_tail"]
     assert SECRET not in json.dumps(result["train"].xcoms)
+
+
+def test_a_record_whose_last_attempt_never_got_a_job():
+    """A quota refusal or a busy pool ends the plan with an attempt without a job: no console page."""
+    from airflow_gpu_sched.orchestration.accounting import no_job_record
+    from airflow_gpu_sched.orchestration.failure_record import failure_record
+    from airflow_gpu_sched.orchestration.plan_engine import Failure
+
+    attempts = [no_job_record("SPOT", "QUOTA_EXCEEDED", 0.0, "quota 0 < 1", location=LOCATION)]
+    record = failure_record(attempts, 0, None, None, Failure("QuotaTooLow", "SPOT skipped"), 1, None)
+    assert record["console_url"] is None and record["failure"]["console_url"] is None
+    assert record["failure"]["kind"] == "QuotaTooLow" and record["attempts"][0]["state"] == "QUOTA_EXCEEDED"
