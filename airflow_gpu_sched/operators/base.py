@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
+from airflow_gpu_sched.operators import failed_try
 from airflow_gpu_sched.operators import lineage
 from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
@@ -532,6 +533,7 @@ class VertexTrainingOperator(BaseOperator):
                 failure = action.failure  # kept: a later try tells a retry from a clear by it
                 ledger.note_failure(failure.kind, failure.message, failure.job_name, failure.detail,
                                     _try_number(context))
+                failed_try.push(self, context, ledger, failure)  # where the UI plugin reads a failed try
                 raise _error(failure)
             event, ended = self._act(context, ledger, action)
 

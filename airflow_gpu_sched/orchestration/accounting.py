@@ -148,7 +148,7 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "gpu_hours": round(sum(a["gpu_hours"] for a in attempts), 4),
         "cost": round(sum(costs), 4) if prices else None,
         "currency": prices.get("currency") if prices else None,
-        "console_url": console_url(last["job_name"]),
+        "console_url": console_url(last["job_name"]) if last["job_name"] else None,  # a failed try's last may have no job
         "base_output_dir": base_output_dir,
         "times": totals_times(attempts),
         **(outputs or {}),
