@@ -155,7 +155,8 @@ class VertexTrainingOperator(BaseOperator):
         :class:`DeadlineExceeded`.
     :param expected_run_time: how long the job runs once it has its GPUs (for the deadline).
     :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
-        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON.
+        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON, or
+        ``"catalog"`` / ``"catalog:<Variable>"``: Google's billing catalog, that table for what it lacks (docs/cost.md).
     :param on_capacity_acquired, on_preempted, on_fallback: callables (or Airflow notifiers)
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     :param stream_logs: while the job runs, write its Cloud Logging lines (what the training
@@ -807,8 +808,8 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ the result
 
     def result(self, ledger: SubmissionLedger, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices),
-                             outputs)
+        prices = resolve_prices(self.prices, self.client)  # "catalog": Google's billing catalog, cached
+        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, prices, outputs)
         self.log.info("training summary:\n%s", summary_table(result))
         return result
 
