@@ -34,6 +34,7 @@ from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
 from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, first_event  # shared with race.py
 from airflow_gpu_sched.orchestration import assets, job_spec, signals
+from airflow_gpu_sched.orchestration.budget import budget_for, check_budget_args
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
     console_url,
@@ -43,6 +44,7 @@ from airflow_gpu_sched.orchestration.accounting import (
     task_result,
 )
 from airflow_gpu_sched.orchestration.errors import (
+    BudgetExceeded,
     CapacityUnavailable,
     CapacityWaitExpired,
     DeadlineExceeded,
@@ -157,6 +159,8 @@ class VertexTrainingOperator(BaseOperator):
     :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
         "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON, or
         ``"catalog"`` / ``"catalog:<Variable>"``: Google's billing catalog, that table for what it lacks (docs/cost.md).
+    :param budget: at most this much (price table's currency) on this task's jobs: a step whose
+        expected cost is over what is left is skipped; none fits: :class:`BudgetExceeded` (docs/cost.md).
     :param on_capacity_acquired, on_preempted, on_fallback: callables (or Airflow notifiers)
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     :param stream_logs: while the job runs, write its Cloud Logging lines (what the training
@@ -222,6 +226,7 @@ class VertexTrainingOperator(BaseOperator):
         deadline: datetime | timedelta | None = None,
         expected_run_time: timedelta | float | str | None = None,
         prices: dict[str, Any] | str | None = None,
+        budget: float | None = None,
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
         on_fallback: Any = None,
@@ -277,6 +282,7 @@ class VertexTrainingOperator(BaseOperator):
         self.deadline = deadline
         self.expected_run_time = _duration_arg("expected_run_time", expected_run_time)
         self.prices = prices
+        self.budget = budget  # orchestration/budget.py: checked with the other arguments below
         self.on_capacity_acquired = on_capacity_acquired
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
@@ -351,7 +357,7 @@ class VertexTrainingOperator(BaseOperator):
         return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
                        deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
                        quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir,
-                       retry_on_user_code_failure=self.retry_on_user_code_failure)
+                       retry_on_user_code_failure=self.retry_on_user_code_failure, budget=budget_for(self, ledger))
 
     def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
         """The plan's deadline. A timedelta counts from the data interval's end; in a manual
@@ -407,6 +413,7 @@ class VertexTrainingOperator(BaseOperator):
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
         found = self.job_kind.violations(self.job_options())
         found += check_regions(self.plan, self.location)
+        found += [Violation("budget", rule.partition(": ")[2]) for rule in check_budget_args(self.budget, self.expected_run_time)]
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, planned in enumerate(self.plan):
@@ -851,7 +858,7 @@ ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
     TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobTimedOut, TrainingJobCancelled, CapacityWaitExpired,
     PreemptionBudgetExhausted,
     PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
-    VertexUnreachable)}
+    VertexUnreachable, BudgetExceeded)}
 
 
 def _error(failure: engine.Failure) -> Exception:
