@@ -19,6 +19,7 @@ from airflow_gpu_sched.orchestration.run_budget import (
     reserve,
     settle_spent,
 )
+from tests.test_observed_history import history  # noqa: F401 (fixture: the Task SDK's Variables, in process)
 
 BUDGET = RunBudget("gpu", 100.0)
 
@@ -120,3 +121,46 @@ def test_a_write_that_returned_too_late_is_withdrawn_and_retried():
                    settle=4.0)
     [value] = store.data.values()
     assert value["at"] == 10.0  # the second stamp: the late one was withdrawn
+
+
+# ------------------------------------------------------------------ through Airflow's Variables
+
+def _clean_variables() -> None:
+    from sqlalchemy import select
+
+    from airflow.models import Variable as DbVariable
+    from airflow.utils.session import create_session
+
+    from airflow_gpu_sched.orchestration.run_budget import PREFIX
+
+    with create_session() as session:
+        keys = list(session.scalars(select(DbVariable.key).where(DbVariable.key.startswith(PREFIX))))
+    for key in keys:
+        DbVariable.delete(key)
+
+
+def test_concurrent_tasks_through_the_task_sdks_variables_never_hold_more_than_the_budget(history):
+    """Threads that each talk to the real in-process Execution API and metadata DB as a task
+    would (tests/test_observed_history.py's harness): every one has read before any writes."""
+    from airflow_gpu_sched.orchestration.run_budget import VariableStore
+
+    _clean_variables()
+    install = history
+    install(writers=6)
+    store = VariableStore()
+    results: dict[str, bool] = {}
+
+    def task(task_id: str) -> None:
+        key = key_of(BUDGET, "nightly", "scheduled__2026-12-01T00:00:00+00:00", task_id)
+        results[task_id] = reserve(store, BUDGET, key, 40.0, settle=2.0)
+
+    threads = [threading.Thread(target=task, args=(f"train_{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    held = [t for t, ok in results.items() if ok]
+    assert len(results) == 6 and 1 <= len(held) <= 2  # 6 x 40 asked, 100 to share
+    run_prefix = key_of(BUDGET, "nightly", "scheduled__2026-12-01T00:00:00+00:00", "x").rsplit(".", 2)[0] + "."
+    assert sorted(k.rsplit(".", 2)[1] for k in store.keys(run_prefix)) == sorted(held)
+    _clean_variables()
