@@ -14,6 +14,7 @@ from airflow_gpu_sched.orchestration.errors import BudgetExceeded, InvalidTraini
 from airflow_gpu_sched.orchestration.plans import parse_plan, parse_step
 from tests.conftest import LOCATION, PROJECT
 from tests.test_operators import context
+from tests.test_observed_history import history  # noqa: F401 (fixture: the Task SDK's Variables, in process)
 from tests.test_plans import COMMON
 
 PRICES = {"currency": "USD", "NVIDIA_TESLA_A100": {"FLEX_START": 1.0, "SPOT": 1.5, "STANDARD": 3.0},
@@ -70,12 +71,18 @@ def test_max_price_per_gpu_hour_is_validated_naming_the_field(value):
     assert "plan[0].max_price_per_gpu_hour" in str(raised.value) and "number >= 0" in str(raised.value)
 
 
-@pytest.mark.parametrize("kwargs, words", [({"budget": -3, "expected_run_time": "1h"}, "must be a number >= 0"),
-                                           ({"budget": 10}, "needs expected_run_time")])
-def test_budget_is_validated_naming_the_field(kwargs, words):
+@pytest.mark.parametrize("kwargs, field, words", [
+    ({"budget": -3, "expected_run_time": "1h"}, "budget", "must be a number >= 0"),
+    ({"budget": 10}, "budget", "needs expected_run_time"),
+    ({"run_budget": {"name": "gpu", "limit": 5}}, "run_budget", "needs expected_run_time"),
+    ({"run_budget": {"name": "a b", "limit": 5}, "expected_run_time": "1h"}, "run_budget.name", "letters, digits"),
+    ({"run_budget": {"name": "gpu", "limit": "lots"}, "expected_run_time": "1h"}, "run_budget.limit", ">= 0"),
+    ({"run_budget": {"name": "gpu"}, "expected_run_time": "1h"}, "run_budget", "RunBudget(name, limit)"),
+])
+def test_budget_is_validated_naming_the_field(kwargs, field, words):
     with pytest.raises(InvalidTrainingSpec) as raised:
         GpuTrainingOperator(task_id="t", plan=[{"strategy": "STANDARD"}], **kwargs, **COMMON)
-    assert "budget" in str(raised.value) and words in str(raised.value)
+    assert f"{field}: " in str(raised.value) and words in str(raised.value)
 
 
 # ------------------------------------------------------------------ at the wire
@@ -118,3 +125,31 @@ def test_a_retry_counts_what_earlier_attempts_spent(fast_emulator):
         again.execute(context(store))
     assert "(0.2 of 0.5)" in str(raised.value)
     assert fast_emulator.stats()["jobsCreated"] == {"STANDARD": 1}
+
+
+def test_a_run_budget_is_shared_by_the_tasks_of_one_dag_run(fast_emulator, history):
+    """Two tasks of one run name the same RunBudget (0.5): the first reserves its dearest step
+    (0.3), runs and settles what it spent; the second's 0.3 no longer fits: BudgetExceeded, no
+    job. Another run has its own budget. (Variables: the in-process Execution API, as a task has them.)"""
+    from airflow_gpu_sched.orchestration.run_budget import RunBudget
+    from tests.test_operators import Store
+    from tests.test_run_budget import _clean_variables
+
+    _clean_variables()
+    history(writers=1)
+    shared = RunBudget("gpu", 0.5, settle=0.2)
+
+    def task(task_id: str, run_id: str) -> GpuTrainingOperator:
+        return GpuTrainingOperator(task_id=task_id, deferrable=False, prices=PRICES, expected_run_time="6m",
+                                   run_budget=shared, plan=[{"strategy": "STANDARD"}],
+                                   env={"EMULATOR_RUN_SECONDS": "360"}, **COMMON)
+
+    first = task("train", "run-1").execute({"task_state_store": Store(), "run_id": "run-1"})
+    assert first["cost"] == pytest.approx(0.3, abs=0.005)
+    with pytest.raises(BudgetExceeded) as raised:
+        task("evaluate", "run-1").execute({"task_state_store": Store(), "run_id": "run-1"})
+    assert "run budget 'gpu': a reservation of 0.3 was refused" in str(raised.value)
+    assert fast_emulator.stats()["jobsCreated"] == {"STANDARD": 1}
+    task("evaluate", "run-2").execute({"task_state_store": Store(), "run_id": "run-2"})
+    assert fast_emulator.stats()["jobsCreated"] == {"STANDARD": 2}
+    _clean_variables()

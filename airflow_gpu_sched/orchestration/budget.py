@@ -23,8 +23,9 @@ May import: orchestration, vertex; airflow only inside functions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -42,6 +43,7 @@ class Budget:
     expected_run_time: timedelta | None = None
     expected_preemptions: float = 0.0  # per SPOT run (observed rates, when known)
     spent: float = 0.0
+    note: str = ""  # e.g. the run budget's share, said in each refusal
 
     @property
     def currency(self) -> str:
@@ -100,7 +102,8 @@ def refusal(budget: Budget | None, step: Step, location: str) -> str | None:
         return f"{step.strategy} in {where}: no price known, its cost cannot be checked against the budget"
     if found.cost > budget.remaining:
         return (f"{step.strategy} in {location}: expected cost {found.cost:g} {budget.currency} is over what is "
-                f"left of the budget ({budget.remaining:g} of {budget.remaining + budget.spent:g})")
+                f"left of the budget ({budget.remaining:g} of {budget.remaining + budget.spent:g})"
+                + (f"; {budget.note}" if budget.note else ""))
     return None
 
 
@@ -139,33 +142,100 @@ def plan_check_cells(task: Any, step: Step, regions: list[str]) -> list[str]:
     return cells
 
 
-def check_budget_args(budget: Any, expected_run_time: timedelta | None) -> list[str]:
-    """``budget=`` rules, each naming the field (checked when the DAG is parsed)."""
-    if budget is None:
-        return []
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
-        return [f"budget: must be a number >= 0 in the price table's currency (got {budget!r})"]
-    if expected_run_time is None:
-        return ["budget: needs expected_run_time (the expected cost is price x GPUs x run time)"]
-    return []
+def check_budget_args(budget: Any, expected_run_time: timedelta | None, run_budget: Any = None) -> list[str]:
+    """``budget=`` and ``run_budget=`` rules, each naming the field (checked when the DAG is parsed)."""
+    found = []
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
+        found.append(f"budget: must be a number >= 0 in the price table's currency (got {budget!r})")
+    if run_budget is not None:
+        try:
+            run = _run_budget(run_budget)
+            if not isinstance(run.name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", run.name):
+                found.append(f"run_budget.name: 1-64 letters, digits, '_' or '-' (got {run.name!r})")
+            if isinstance(run.limit, bool) or not isinstance(run.limit, (int, float)) or run.limit < 0:
+                found.append(f"run_budget.limit: must be a number >= 0 (got {run.limit!r})")
+        except TypeError as exc:
+            found.append(f"run_budget: a RunBudget(name, limit) or {{'name': ..., 'limit': ...}} ({exc})")
+    if (budget is not None or run_budget is not None) and expected_run_time is None:
+        found.append(f"{'budget' if budget is not None else 'run_budget'}: needs expected_run_time "
+                     "(the expected cost is price x GPUs x run time)")
+    return found
 
 
-def budget_for(operator: Any, ledger: Any) -> Budget | None:
-    """The operator's budget as of now (None when neither ``budget=`` nor a step's cap is set):
-    prices resolved (the catalog's cached), GPUs from the job, spent from the ledger's attempts."""
+def budget_for(operator: Any, ledger: Any, context: Any = None) -> Budget | None:
+    """The operator's budget as of now (None when neither ``budget=``, ``run_budget=`` nor a step's
+    cap is set): prices resolved (the catalog's cached), GPUs from the job, spent from the ledger's
+    attempts; with ``run_budget=`` its share of the DAG run's budget, reserved once per task
+    instance (:mod:`.run_budget`) and kept in the ledger, so a retry neither reserves again nor
+    spends twice."""
     steps = list(operator.plan) + [m for s in operator.plan if isinstance(s, RaceStep) for m in s.members]
     limit = getattr(operator, "budget", None)
-    if limit is None and all(s.max_price_per_gpu_hour is None for s in steps):
+    run = _run_budget(getattr(operator, "run_budget", None))
+    if limit is None and run is None and all(s.max_price_per_gpu_hour is None for s in steps):
         return None
     from airflow_gpu_sched.orchestration.accounting import attempt_cost, resolve_prices
 
     prices = resolve_prices(operator.prices, operator.client)
     demand = operator.build_job().job_spec.accelerator_demand()
     spent = sum(attempt_cost(a, prices) or 0.0 for a in ledger.attempts)
-    return Budget(remaining=None if limit is None else float(limit) - spent, prices=prices,
-                  demand=tuple((getattr(a, "value", str(a)), n) for a, n in demand.items()),
-                  expected_run_time=operator.expected_run_time, spent=spent)
+    budget = Budget(remaining=None if limit is None else float(limit) - spent, prices=prices,
+                    demand=tuple((getattr(a, "value", str(a)), n) for a, n in demand.items()),
+                    expected_run_time=operator.expected_run_time, spent=spent)
+    if run is None:
+        return budget
+    held = ledger.data.get(LEDGER_RUN_BUDGET) or _reserve(operator, budget, run, context)
+    if LEDGER_RUN_BUDGET not in ledger.data:
+        ledger.data[LEDGER_RUN_BUDGET] = held
+        ledger.save()
+    share = float(held["amount"]) - spent if held["holds"] else 0.0
+    remaining = share if budget.remaining is None else min(budget.remaining, share)
+    note = (f"run budget {run.name!r}: this task holds {held['amount']:g} of {run.limit:g}" if held["holds"] else
+            f"run budget {run.name!r}: {held['why']}")
+    return replace(budget, remaining=max(0.0, remaining), spent=float(held["amount"]) - max(0.0, remaining)
+                   if held["holds"] else spent, note=note)
 
 
-__all__ = ["PREEMPTION_WASTE", "Budget", "Estimate", "budget_for", "check_budget_args", "estimate", "plan_check_cells",
+LEDGER_RUN_BUDGET = "run_budget"  # the submission ledger's record of this task's reservation
+
+
+def _run_budget(value: Any) -> Any:
+    from airflow_gpu_sched.orchestration.run_budget import RunBudget
+
+    if value is None or isinstance(value, RunBudget):
+        return value
+    return RunBudget(**value)  # {"name": ..., "limit": ...}: checked by check_budget_args
+
+
+def _reserve(operator: Any, budget: Budget, run: Any, context: Any) -> dict[str, Any]:
+    """Reserve the task's own budget, else the most its plan's steps may cost."""
+    from airflow_gpu_sched.orchestration.run_budget import VariableStore, key_of, reserve
+
+    amount: float | None = budget.remaining
+    if amount is None:
+        costs = [estimate(budget, step, location).cost for step, location in
+                 ((operator.plan[i], loc) for i, loc in operator.positions())]
+        amount = None if None in costs or not costs else max(costs)  # type: ignore[type-var]
+    if amount is None:
+        return {"key": None, "amount": 0.0, "holds": False,
+                "why": "no price for every step: give budget= (this task's share) to reserve"}
+    ti = (context or {}).get("ti")
+    key = key_of(run, getattr(operator, "dag_id", "-"), str((context or {}).get("run_id") or "-"),
+                 operator.task_id, int(getattr(ti, "map_index", -1) or -1))
+    holds = reserve(VariableStore(), run, key, amount, settle=run.settle)
+    return {"key": key, "amount": amount, "holds": holds,
+            "why": f"a reservation of {amount:g} was refused: the DAG run's other tasks hold the rest of {run.limit:g}"}
+
+
+def settle_run_budget(ledger: Any, prices: Any) -> None:
+    """When the task ends: what it really spent replaces its reservation (the rest is freed)."""
+    held = ledger.data.get(LEDGER_RUN_BUDGET) or {}
+    if not held.get("key") or not held.get("holds"):
+        return
+    from airflow_gpu_sched.orchestration.accounting import attempt_cost
+    from airflow_gpu_sched.orchestration.run_budget import VariableStore, settle_spent
+
+    settle_spent(VariableStore(), held["key"], sum(attempt_cost(a, prices) or 0.0 for a in ledger.attempts))
+
+
+__all__ = ["LEDGER_RUN_BUDGET", "PREEMPTION_WASTE", "Budget", "Estimate", "budget_for", "settle_run_budget", "check_budget_args", "estimate", "plan_check_cells",
            "refusal", "rows"]

@@ -53,6 +53,7 @@ class RunBudget:
 
     name: str
     limit: float
+    settle: float = SETTLE  # seconds a reservation waits before it is decided (see above)
 
 
 def _counted(value: dict[str, Any]) -> float:
