@@ -257,6 +257,9 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
     auth = app.state.auth = TokenIssuer()
     traffic = app.state.traffic = TrafficRecorder()
     _add_token_services(app, backend, auth)  # before /v1/{path}: these paths are not Vertex methods
+    from airflow_gpu_sched.emulator.billing_api import add_billing_routes
+
+    add_billing_routes(app, backend, traffic, auth)  # Cloud Billing's GET /v1/services/{s}/skus, also before
 
     async def vertex(request: Request, path: str) -> Response:
         found = match_route(request.method, path)

@@ -35,6 +35,7 @@ from airflow_gpu_sched.operators import region_order
 from airflow_gpu_sched.operators.links import LINKS, LINKS_KEY, ConsoleLink, console_links
 from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, first_event  # shared with race.py
 from airflow_gpu_sched.orchestration import assets, job_spec, signals
+from airflow_gpu_sched.orchestration.budget import budget_for, check_budget_args, settle_run_budget
 from airflow_gpu_sched.orchestration.accounting import (
     attempt_record,
     console_url,
@@ -44,6 +45,7 @@ from airflow_gpu_sched.orchestration.accounting import (
     task_result,
 )
 from airflow_gpu_sched.orchestration.errors import (
+    BudgetExceeded,
     CapacityUnavailable,
     CapacityWaitExpired,
     DeadlineExceeded,
@@ -156,7 +158,12 @@ class VertexTrainingOperator(BaseOperator):
         :class:`DeadlineExceeded`.
     :param expected_run_time: how long the job runs once it has its GPUs (for the deadline).
     :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
-        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON.
+        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON, or
+        ``"catalog"`` / ``"catalog:<Variable>"``: Google's billing catalog, that table for what it lacks (docs/cost.md).
+    :param budget: at most this much (price table's currency) on this task's jobs: a step whose
+        expected cost is over what is left is skipped; none fits: :class:`BudgetExceeded` (docs/cost.md).
+    :param run_budget: ``RunBudget(name, limit)`` (or that as a dict): a budget shared by the DAG
+        run's tasks that name it; this task reserves its ``budget=`` (else its dearest step) of it.
     :param on_capacity_acquired, on_preempted, on_fallback: callables (or Airflow notifiers)
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     :param stream_logs: while the job runs, write its Cloud Logging lines (what the training
@@ -222,6 +229,8 @@ class VertexTrainingOperator(BaseOperator):
         deadline: datetime | timedelta | None = None,
         expected_run_time: timedelta | float | str | None = None,
         prices: dict[str, Any] | str | None = None,
+        budget: float | None = None,
+        run_budget: Any = None,
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
         on_fallback: Any = None,
@@ -277,6 +286,8 @@ class VertexTrainingOperator(BaseOperator):
         self.deadline = deadline
         self.expected_run_time = _duration_arg("expected_run_time", expected_run_time)
         self.prices = prices
+        self.budget = budget  # orchestration/budget.py: checked with the other arguments below
+        self.run_budget = run_budget  # a RunBudget shared by the DAG run's tasks (orchestration/run_budget.py)
         self.on_capacity_acquired = on_capacity_acquired
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
@@ -351,7 +362,8 @@ class VertexTrainingOperator(BaseOperator):
         return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
                        deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
                        quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir,
-                       retry_on_user_code_failure=self.retry_on_user_code_failure)
+                       retry_on_user_code_failure=self.retry_on_user_code_failure,
+                       budget=budget_for(self, ledger, context))
 
     def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
         """The plan's deadline. A timedelta counts from the data interval's end; in a manual
@@ -407,6 +419,8 @@ class VertexTrainingOperator(BaseOperator):
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
         found = self.job_kind.violations(self.job_options())
         found += check_regions(self.plan, self.location)
+        found += [Violation(*rule.split(": ", 1))
+                  for rule in check_budget_args(self.budget, self.expected_run_time, self.run_budget)]
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, planned in enumerate(self.plan):
@@ -809,8 +823,9 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ the result
 
     def result(self, ledger: SubmissionLedger, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices),
-                             outputs)
+        prices = resolve_prices(self.prices, self.client)  # "catalog": Google's billing catalog, cached
+        settle_run_budget(ledger, prices)  # run_budget=: what was spent replaces this task's reservation
+        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, prices, outputs)
         self.log.info("training summary:\n%s", summary_table(result))
         return result
 
@@ -852,7 +867,7 @@ ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
     TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobTimedOut, TrainingJobCancelled, CapacityWaitExpired,
     PreemptionBudgetExhausted,
     PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
-    VertexUnreachable)}
+    VertexUnreachable, BudgetExceeded)}
 
 
 def _error(failure: engine.Failure) -> Exception:

@@ -46,6 +46,7 @@ from airflow_gpu_sched.orchestration.outcomes import Event
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, PersistentResourceStep, SpotStep, Step, positions, running_bound
 from airflow_gpu_sched.orchestration.plans import RaceStep, ReservationStep
 from airflow_gpu_sched.orchestration.quota import increase_hint
+from airflow_gpu_sched.orchestration.budget import refusal as budget_refusal
 from airflow_gpu_sched.vertex.rules import Violation
 
 MIN_FLEX_START_WAIT = timedelta(minutes=1)  # a shorter DWS wait is not worth a submission
@@ -63,6 +64,7 @@ class Plan:
     quota_preflight: bool = True
     checkpoints: str | None = None  # base_output_dir: a resubmission resumes from it
     retry_on_user_code_failure: bool = False  # an Airflow retry after a user-code failure submits a new job
+    budget: Any = None  # orchestration/budget.py Budget: steps over a price cap or the budget are skipped
 
     @classmethod
     def of(cls, steps: list[Step], location: str, regions_first: bool = True, **knobs: Any) -> Plan:
@@ -222,14 +224,14 @@ FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "Training
                       "CapacityWaitExpired",
                       "PreemptionBudgetExhausted",
                       "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
-                      "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
+                      "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec", "BudgetExceeded"]
 
 
 # The failures an Airflow retry cannot change: their errors are AirflowFailExceptions (errors.py;
 # tests/test_retries.py checks the two agree), and a try that starts after one anyway (the
 # earlier try's process died before Airflow saw its failure) fails again instead of training.
 NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobTimedOut", "TrainingJobCancelled",
-                                      "DeadlineExceeded",
+                                      "DeadlineExceeded", "BudgetExceeded",
                                       "InvalidTrainingSpec"})
 # The capacity outcomes that end a plan when no step is left: a retry (retry_delay later, when
 # capacity or quota may have come back) runs the plan again from its first step, the preferred one.
@@ -505,6 +507,8 @@ def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]
     _, why_not = deadline_budget(plan, step, now)
     if why_not:
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
+    if why_not := budget_refusal(plan.budget, step, location):  # before any GPU is asked for
+        return _fall_back(plan, position, Failure("BudgetExceeded", why_not + f": {step.strategy} skipped"), now, effects)
     if isinstance(step, RaceStep):
         return _start_race(plan, position, step, location, now, effects)
     if isinstance(step, PersistentResourceStep):

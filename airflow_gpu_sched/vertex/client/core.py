@@ -9,10 +9,12 @@ May import: vertex; never airflow.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Callable, Mapping, TypeVar
 from urllib.parse import quote, urlencode
 
 from airflow_gpu_sched.vertex import resource_names
+from airflow_gpu_sched.vertex.billing import ListSkusResponse
 from airflow_gpu_sched.vertex.client.calls import ApiCall, Safety
 from airflow_gpu_sched.vertex.client.endpoints import (
     api_root,
@@ -21,6 +23,7 @@ from airflow_gpu_sched.vertex.client.endpoints import (
     logging_root,
     normalize_endpoint,
     quotas_root,
+    service_root,
 )
 from airflow_gpu_sched.vertex.client.errors import ApiRequestInfo
 from airflow_gpu_sched.vertex.job_type_models import (
@@ -77,6 +80,8 @@ class VertexApi:
             root = compute_root(self.api_endpoint)
         elif call.service == "logging":
             root = logging_root(self.api_endpoint)
+        elif call.service == "cloudbilling":
+            root = service_root("cloudbilling", self.api_endpoint)
         else:
             resource_names.check_path(call.path, "request path")  # names from answers, ledger, XCom
             root = api_root(call.location, self.api_endpoint)
@@ -220,6 +225,17 @@ class VertexApi:
             raise ValueError(f"{project!r} is not a project id")
         return ApiCall("quotaInfos.list", "GET", f"projects/{project}/locations/global/services/{service}/quotaInfos",
                        "global", params={"pageSize": page_size, "pageToken": page_token}, service="cloudquotas")
+
+    # --- Cloud Billing catalog (cloudbilling.googleapis.com)
+
+    def list_skus(self, service: str, page_size: int | None = None, page_token: str | None = None,
+                  currency_code: str | None = None) -> ApiCall:
+        """``GET v1/services/SERVICE/skus`` (cloudbilling v1 ``services.skus.list``): public prices."""
+        if not re.fullmatch(r"[A-Za-z0-9-]+", service or ""):
+            raise ValueError(f"{service!r} is not a billing service id (e.g. 'C7E2-9256-1C43')")
+        params = {"pageSize": page_size, "pageToken": page_token, "currencyCode": currency_code}
+        return ApiCall("skus.list", "GET", f"services/{service}/skus", "global", params=params,
+                       service="cloudbilling")
 
     # --- Compute Engine reservations (compute.googleapis.com/compute/v1)
 
@@ -430,6 +446,13 @@ class ClientMethods:
             raise ValueError("no project: pass project= to the client or to the call")
         call = self.api.list_quota_infos(project, service, page_size, page_token)
         return self._execute(call, ListQuotaInfosResponse.model_validate)
+
+    # --- Cloud Billing catalog
+
+    def list_skus_page(self, service: str, page_size: int | None = None, page_token: str | None = None,
+                       currency_code: str | None = None) -> ListSkusResponse:
+        return self._execute(self.api.list_skus(service, page_size, page_token, currency_code),
+                             ListSkusResponse.model_validate)
 
     # --- Compute Engine reservations
 
