@@ -101,7 +101,10 @@ class CustomJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_sched.triggers.settle import settle, started_at
 
+        from airflow_gpu_sched.triggers.ownership import claim
+
         started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
+        await claim(self)  # on_kill tells a hand-over to another triggerer from a user's kill by it
         logs = self._log_stream() if self.stream_logs else None
         if logs is not None:
             await logs.start()
@@ -263,7 +266,15 @@ class CustomJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user marked the task failed/success or cleared it: cancel the job (never on a
-        triggerer restart or redistribution; that is ``cleanup``, which we leave alone)."""
+        triggerer restart; that is ``cleanup``, which we leave alone). Airflow 3.3 calls on_kill
+        on a hand-over to another triggerer too (apache/airflow#73454): then the job is left to
+        the copy that now watches it."""
+        from airflow_gpu_sched.triggers.ownership import handed_over
+
+        if await handed_over(self):
+            self.log.warning("this trigger was handed to another triggerer (apache/airflow#73454), not killed "
+                             "by a user: leaving %s to the copy that watches it now", self.job_name)
+            return
         client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
                                     self.impersonation_chain)
         self.log.info("task killed by a user: cancelling %s", self.job_name)
