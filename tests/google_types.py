@@ -40,6 +40,7 @@ from typing import Any
 import google.rpc
 from google.cloud import aiplatform_v1 as aip
 from google.cloud import cloudquotas_v1 as quotas
+from google.cloud.billing_v1.types import ListSkusResponse
 from google.cloud.logging_v2.types import ListLogEntriesRequest, ListLogEntriesResponse
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, json_format
@@ -83,10 +84,12 @@ RPC_TYPES: dict[str, tuple[Any, Any]] = {
     "quotaInfos.list": (None, quotas.ListQuotaInfosResponse),
     # Cloud Logging v2 (google/logging/v2/logging.proto: ListLogEntries, body "*")
     "entries.list": (ListLogEntriesRequest, ListLogEntriesResponse),
+    # Cloud Billing catalog v1 (google/cloud/billing/v1/cloud_catalog.proto: ListSkus, GET)
+    "skus.list": (None, ListSkusResponse),
 }
 
 # discovery document methods under projects.locations (quota rpcs live in another API)
-_DISCOVERY_METHOD = {rpc: rpc for rpc in RPC_TYPES if not rpc.startswith(("quotaInfos.", "entries."))}
+_DISCOVERY_METHOD = {rpc: rpc for rpc in RPC_TYPES if not rpc.startswith(("quotaInfos.", "entries.", "skus."))}
 # parameters every Google API method takes (the discovery document's top-level `parameters`)
 _STANDARD_QUERY = {"$alt", "$.xgafv"}
 

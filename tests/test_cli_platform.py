@@ -204,8 +204,23 @@ def test_plan_check_lists_each_step_its_regions_and_the_rules_it_passes(airflow_
     assert rows[0]["rules"] == ["general", "FLEX_START"] and rows[2]["rules"] == ["general", "persistent resource"]
 
     code, out, _ = cli(capsys, "plan", "check", _dag_file(tmp_path))
-    assert out.splitlines()[0].split() == ["DAG", "TASK", "POSITION", "STEP", "REGIONS", "RULES", "VIOLATIONS"]
+    assert out.splitlines()[0].split() == ["DAG", "TASK", "POSITION", "STEP", "REGIONS", "RULES", "VIOLATIONS",
+                                         "COST"]
     assert "us-central1; us-east4" in out.splitlines()[1]
+
+
+def test_plan_check_prints_each_steps_expected_cost_and_whether_the_budget_allows_it(airflow_db, tmp_path, capsys):
+    prices = ('prices={"currency": "USD", "NVIDIA_TESLA_A100": {"FLEX_START": 1.0, "SPOT": 1.5, '
+              '"PERSISTENT_RESOURCE": 0}}, budget=1.2, expected_run_time="1h",')
+    path = tmp_path / "costed.py"
+    path.write_text(DAG_FILE.format(project=PROJECT, count=1).replace('task_id="train",', 'task_id="train", ' + prices))
+    code, out, _ = cli(capsys, "plan", "check", str(path), "-o", "json")
+    assert code == 0
+    assert [r["cost"] for r in json.loads(out)] == [
+        ["us-central1: 1 USD, fits", "us-east4: 1 USD, fits"],
+        ["us-central1: 1.5 USD, over: SPOT in us-central1: expected cost 1.5 USD is over what is left of the "
+         "budget (1.2 of 1.2)"],
+        ["us-central1: 0 USD, fits"]]
 
 
 def test_plan_check_of_a_dag_that_breaks_a_rule_names_the_field(airflow_db, tmp_path, capsys):

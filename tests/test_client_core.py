@@ -42,7 +42,7 @@ from airflow_gpu_sched.vertex.client import (
     next_step,
 )
 from airflow_gpu_sched.vertex.client import aio, sync
-from airflow_gpu_sched.vertex.client.core import parse_retry_after
+from airflow_gpu_sched.vertex.client.responses import parse_retry_after
 from airflow_gpu_sched.vertex.models import CustomJob, Status
 from airflow_gpu_sched.vertex.rules import SpecError
 

@@ -154,14 +154,39 @@ FORM_VALUES = {"project": "p", "key_path": "/keys/sa.json", "keyfile_dict": '{"t
                "api_endpoint": "https://europe-west4-aiplatform.googleapis.com"}
 
 
+# the client credentials grant: its fields are read together (with a credential config file)
+GRANT_VALUES = {"idp_issuer_url": "https://idp.example/oauth2/token", "client_id": "airflow-client",
+                "client_secret": "grant-s3cret", "idp_extra_parameters": '{"audience": "api://gcp"}'}
+
+
 @pytest.mark.parametrize("name", list(FORM_VALUES))
 def test_every_field_of_the_form_is_read_by_the_client(name):
     from airflow_gpu_sched.hooks.connection_form import CONN_FIELDS
     from airflow_gpu_sched.vertex.client.auth import ConnectionSettings
 
-    assert set(FORM_VALUES) == set(CONN_FIELDS)
+    assert set(FORM_VALUES) | set(GRANT_VALUES) == set(CONN_FIELDS)
     for extras in ({name: FORM_VALUES[name]}, {f"extra__google_cloud_platform__{name}": FORM_VALUES[name]}):
         assert ConnectionSettings.from_extras(extras) != ConnectionSettings.from_extras({}), extras
+
+
+def test_the_form_has_the_client_credentials_grant_the_client_supports():
+    """The Google provider's four grant fields, under its names and labels; the secret masked;
+    the form's values (as the UI stores them, the old prefix too) are the grant the client uses,
+    and a grant missing a field is refused naming it."""
+    from airflow_gpu_sched.hooks.connection_form import CONN_FIELDS
+    from airflow_gpu_sched.vertex.client.auth import ConnectionSettings
+
+    assert CONN_FIELDS["client_secret"]["schema"]["format"] == "password"
+    assert all("format" not in CONN_FIELDS[n]["schema"] for n in ("idp_issuer_url", "client_id", "idp_extra_parameters"))
+    assert CONN_FIELDS["idp_issuer_url"]["label"] == "IdP Token Issue URL (Client Credentials Grant Flow)"
+    for prefix in ("", "extra__google_cloud_platform__"):
+        extras = {prefix + k: v for k, v in {**GRANT_VALUES, "credential_config_file": "/etc/wif.json"}.items()}
+        settings = ConnectionSettings.from_extras(extras)
+        assert (settings.idp_issuer_url, settings.client_id, settings.client_secret, settings.idp_extra_params) == (
+            "https://idp.example/oauth2/token", "airflow-client", "grant-s3cret", {"audience": "api://gcp"})
+        assert "grant-s3cret" not in repr(settings)
+    with pytest.raises(ValueError, match="missing: client_secret, credential_config_file"):
+        ConnectionSettings.from_extras({k: v for k, v in GRANT_VALUES.items() if k != "client_secret"})
 
 
 # ---------------------------------------------------------------------- provider info complete

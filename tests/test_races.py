@@ -161,6 +161,58 @@ def test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by
     assert result["train"].return_value["strategy"] == "SPOT"
 
 
+def test_a_race_an_earlier_try_made_that_is_cancelled_after_this_try_re_attached_races_anew(airflow):
+    """A cleared race task: try 2 re-attaches to try 1's members while they still queue, then
+    try 1's on_kill cancels them. Try 2 must race anew (two new members), not read the cancels as
+    the members' capacity outcome and fail (CI, stop 27: tests/e2e/test_races.py)."""
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import race
+
+    real = race.wait_for_race
+    cancelled: list[str] = []
+
+    def killed_then_cancelled(op, context, action):
+        names = [w.job_name for w in action.members]
+        if context["ti"].try_number == 1:
+            raise SystemExit("worker killed")  # try 1 ends with both members queued
+        if not cancelled:  # try 2 re-attached: try 1's on_kill lands once its trigger saw them queued
+            cancelled.extend(names)
+            airflow.start_traffic()
+            threading.Thread(target=cancel_once_seen_queued, args=(names,), daemon=True).start()
+        return real(op, context, action)
+
+    def cancel_once_seen_queued(names):
+        deadline = time.monotonic() + 60
+        while not all(any(x["method"] == "GET" and name in (x["responseBody"] or "") and "JOB_STATE_QUEUED" in
+                          (x["responseBody"] or "") for x in airflow.traffic()) for name in names):
+            if time.monotonic() > deadline:
+                return  # the test then fails on its job count
+            time.sleep(0.05)
+        for name in names:
+            requests.post(f"{airflow.url}/v1/{name}:cancel", json={}, timeout=10).raise_for_status()
+        airflow.set_capacity(EAST, "NVIDIA_TESLA_A100", spot=8)  # the new race's SPOT member runs
+
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    airflow.set_capacity(EAST, "NVIDIA_TESLA_A100", spot=0)
+    with DAG("race_cleared_late_cancel", schedule=None, start_date=START) as dag:
+        _operator([{"race": [{"strategy": "FLEX_START"}, {"strategy": "SPOT", "locations": [EAST]}]}],
+                  retries=1, retry_delay=timedelta(0))
+    race.wait_for_race = killed_then_cancelled
+    try:
+        result = run_dag(dag, logical_date=START)
+    finally:
+        race.wait_for_race = real
+    assert result.state == "success" and result["train"].try_number == 2
+    jobs = _every_job(airflow)
+    first = [j for j in jobs if j["name"] in cancelled]
+    new = [j for j in jobs if j["name"] not in cancelled]
+    assert len(cancelled) == 2 and {j["state"] for j in first} == {"JOB_STATE_CANCELLED"}
+    assert sorted(j["state"] for j in new) == ["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"], new
+    assert {j["labels"]["airflow-try"] for j in new} == {"2"}
+    assert len({j["labels"]["gpu-sched-submission"] for j in jobs}) == 4  # each member under its own key
+
+
 @pytest.mark.parametrize("outcome", ["cancelled", "succeeded", "failed"])
 def test_two_members_running_in_one_poll_keep_one_by_the_earlier_start_then_member_order(airflow, outcome):
     """Under each way a cancel of a RUNNING job may end (cancelOutcome): the loser stays the loser

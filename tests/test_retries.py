@@ -120,6 +120,13 @@ def test_what_a_retry_does_after_each_way_a_training_task_ends(airflow, row, set
     assert _created(airflow) == jobs
     ledger = result.task_state_store.get("train", {}).get("airflow_gpu_sched.ledger") or {}
     assert (ledger.get("failed") or {}).get("kind") == error  # what the last try raised
+    # the UI plugin's record of the last try (orchestration/failure_record.py): the same error, every attempt
+    record = result["train"].xcoms.get("training_failure")
+    if error is None:  # bad input: refused before the plan's loop, no record
+        assert record is None
+    else:
+        assert record["failure"]["kind"] == error and record["failure"]["try_number"] == tries
+        assert len([a for a in record["attempts"] if a["job_name"]]) == jobs
     # every job is an attempt of one training run: no retry was taken for a clear (a new run)
     assert len([a for a in ledger.get("attempts", []) if a["job_name"]]) == jobs
 

@@ -154,3 +154,50 @@ def test_the_cli_of_the_installed_wheel_shows_its_version_and_lists_as_yaml(inst
     assert checked.returncode == 0, checked.stderr[-2000:]
     rows = json.loads(checked.stdout[checked.stdout.index("["):])
     assert [r["step"].split("(")[0] for r in rows] == ["FLEX_START", "SPOT"]
+
+
+@pytest.mark.reliability
+def test_the_cli_from_the_wheel_with_its_dependencies_in_a_fresh_venv(installed, tmp_path):
+    """Done when of issue 25, as a user installs: a venv with its own pip, the wheel and its
+    dependencies from the package index (or pip's cache) under ``constraints.txt``; nothing of the
+    project's venv. Slow (about a minute with a warm pip cache) and needs the index: ``reliability``."""
+    import json
+
+    import yaml
+
+    from airflow_gpu_sched import __version__
+    from airflow_gpu_sched.emulator import EmulatorServer
+
+    wheel, _, env = installed
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel),
+                              "-c", str(ROOT / "constraints.txt")], env=env, capture_output=True, text=True,
+                             timeout=1200)
+    assert install.returncode == 0, install.stderr[-3000:]
+    env = {**env, "AIRFLOW_HOME": str(tmp_path / "home")}
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import airflow, airflow_gpu_sched as p; "
+                            "print(p.__file__); print(airflow.__file__)"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert all(path.startswith(str(venv)) for path in where), where  # the package and Airflow: the fresh venv's
+    script = str(venv / "bin" / "airflow-gpu-sched")
+    version = subprocess.run([script, "--version"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert version.stdout.strip() == f"airflow-gpu-sched {__version__}", version.stderr[-2000:]
+    with EmulatorServer() as server:
+        listed = subprocess.run([script, "jobs", "list", "--project", "p", "--location", "us-central1",
+                                 "--api-endpoint", server.url, "-o", "yaml"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0 and yaml.safe_load(listed.stdout) == [], listed.stderr[-2000:]
+    dag = tmp_path / "planned.py"
+    dag.write_text(
+        "from datetime import datetime\nfrom airflow.sdk import DAG\n"
+        "from airflow_gpu_sched.operators import GpuTrainingOperator\n"
+        "with DAG('fresh_planned', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+        "    GpuTrainingOperator(task_id='train', project_id='p', location='us-central1', image_uri='gcr.io/p/t:1',\n"
+        "        machine_type='a2-highgpu-1g', accelerator_type='NVIDIA_TESLA_A100', accelerator_count=1,\n"
+        "        plan=[{'strategy': 'FLEX_START', 'max_wait_duration': '2h'}, {'strategy': 'SPOT'}])\n")
+    checked = subprocess.run([str(venv / "bin" / "airflow"), "gpu-sched", "plan", "check", str(dag), "-o", "json"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    rows = json.loads(checked.stdout[checked.stdout.index("["):])
+    assert [r["step"].split("(")[0] for r in rows] == ["FLEX_START", "SPOT"]

@@ -1,6 +1,6 @@
 """The errors the emulator answers with, in Google's error body shape (page tokens: ``paging.py``).
 
-Apart from the backend so that the backend's job-type mixin (``jobtypes.py``) and the HTTP layer
+Apart from the backend so that its resources (``resources/``) and the HTTP layer
 raise them without importing the backend.
 
 May import: vertex; never airflow.

@@ -133,66 +133,66 @@ def _page_size(request: Request) -> int | None:
 async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: Request) -> Any:
     q = request.query_params
     if rpc == "customJobs.create":
-        return backend.create_custom_job(args["project"], args["location"], await _strict_body(request, rpc))
+        return backend.custom_jobs.create(args["project"], args["location"], await _strict_body(request, rpc))
     if rpc == "customJobs.list":
-        return backend.list_custom_jobs(args["project"], args["location"], q.get("filter", ""),
+        return backend.custom_jobs.list(args["project"], args["location"], q.get("filter", ""),
                                         _page_size(request), q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "customJobs.get":
-        return backend.get_custom_job(args["name"])
+        return backend.custom_jobs.get(args["name"])
     if rpc == "customJobs.cancel":
         await _strict_body(request, rpc)  # Cancel*Request: a body of {} (Google's clients send it)
-        return backend.cancel_custom_job(args["name"])
+        return backend.custom_jobs.cancel(args["name"])
     if rpc == "customJobs.delete":
-        return backend.delete_custom_job(args["name"])
+        return backend.custom_jobs.delete(args["name"])
     if rpc == "persistentResources.create":
-        return backend.create_persistent_resource(args["project"], args["location"],
+        return backend.persistent_resources.create(args["project"], args["location"],
                                                   await _strict_body(request, rpc),
                                                   q.get("persistentResourceId", ""))
     if rpc == "persistentResources.list":
-        return backend.list_persistent_resources(args["project"], args["location"], _page_size(request),
+        return backend.persistent_resources.list(args["project"], args["location"], _page_size(request),
                                                  q.get("pageToken", ""))
     if rpc == "persistentResources.get":
-        return backend.get_persistent_resource(args["name"])
+        return backend.persistent_resources.get(args["name"])
     if rpc == "persistentResources.delete":
-        return backend.delete_persistent_resource(args["name"])
+        return backend.persistent_resources.delete(args["name"])
     if rpc in ("operations.get", "persistentResources.operations.get"):
-        return backend.get_operation(args["name"])
+        return backend.operations.get(args["name"])
     if rpc == "hyperparameterTuningJobs.create":
-        return backend.create_hyperparameter_tuning_job(args["project"], args["location"],
+        return backend.tuning_jobs.create(args["project"], args["location"],
                                                         await _strict_body(request, rpc))
     if rpc == "hyperparameterTuningJobs.list":
-        return backend.list_hyperparameter_tuning_jobs(args["project"], args["location"], q.get("filter", ""),
+        return backend.tuning_jobs.list(args["project"], args["location"], q.get("filter", ""),
                                                        _page_size(request), q.get("pageToken", ""),
                                                        q.get("readMask", ""))
     if rpc == "hyperparameterTuningJobs.get":
-        return backend.get_hyperparameter_tuning_job(args["name"])
+        return backend.tuning_jobs.get(args["name"])
     if rpc == "hyperparameterTuningJobs.cancel":
         await _strict_body(request, rpc)  # Cancel*Request: a body of {} (Google's clients send it)
-        return backend.cancel_hyperparameter_tuning_job(args["name"])
+        return backend.tuning_jobs.cancel(args["name"])
     if rpc == "hyperparameterTuningJobs.delete":
-        return backend.delete_hyperparameter_tuning_job(args["name"])
+        return backend.tuning_jobs.delete(args["name"])
     if rpc == "trainingPipelines.create":
-        return backend.create_training_pipeline(args["project"], args["location"], await _strict_body(request, rpc))
+        return backend.pipelines.create(args["project"], args["location"], await _strict_body(request, rpc))
     if rpc == "trainingPipelines.list":
-        return backend.list_training_pipelines(args["project"], args["location"], q.get("filter", ""),
+        return backend.pipelines.list(args["project"], args["location"], q.get("filter", ""),
                                                _page_size(request), q.get("pageToken", ""), q.get("readMask", ""))
     if rpc == "trainingPipelines.get":
-        return backend.get_training_pipeline(args["name"])
+        return backend.pipelines.get(args["name"])
     if rpc == "trainingPipelines.cancel":
         await _strict_body(request, rpc)  # Cancel*Request: a body of {} (Google's clients send it)
-        return backend.cancel_training_pipeline(args["name"])
+        return backend.pipelines.cancel(args["name"])
     if rpc == "trainingPipelines.delete":
-        return backend.delete_training_pipeline(args["name"])
+        return backend.pipelines.delete(args["name"])
     if rpc == "models.list":
-        return backend.list_models(args["project"], args["location"], q.get("filter", ""), _page_size(request),
+        return backend.models.list(args["project"], args["location"], q.get("filter", ""), _page_size(request),
                                    q.get("pageToken", ""), q.get("readMask", ""), q.get("orderBy", ""))
     if rpc == "models.get":
-        return backend.get_model(args["name"])
+        return backend.models.get(args["name"])
     if rpc == "quotaInfos.list":
-        return backend.list_quota_infos(args["project"], args["service"], _page_size(request),
+        return backend.quota_infos.list(args["project"], args["service"], _page_size(request),
                                         q.get("pageToken", ""))
     if rpc == "quotaInfos.get":
-        return backend.get_quota_info(args["project"], args["service"], args["quota_id"])
+        return backend.quota_infos.get(args["project"], args["service"], args["quota_id"])
     raise AssertionError(rpc)
 
 
@@ -257,6 +257,9 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
     auth = app.state.auth = TokenIssuer()
     traffic = app.state.traffic = TrafficRecorder()
     _add_token_services(app, backend, auth)  # before /v1/{path}: these paths are not Vertex methods
+    from airflow_gpu_sched.emulator.billing_api import add_billing_routes
+
+    add_billing_routes(app, backend, traffic, auth)  # Cloud Billing's GET /v1/services/{s}/skus, also before
 
     async def vertex(request: Request, path: str) -> Response:
         found = match_route(request.method, path)

@@ -61,7 +61,7 @@ A record is a mapping with the collection's fields: ``display_name`` (str),
 ``state`` (str), ``create_time`` (tz-aware datetime), ``labels`` (dict[str, str]), ...
 Syntax errors and unsupported fields raise :class:`FilterError`.
 
-May import: nothing of this package; never airflow.
+May import: emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -71,16 +71,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
+from airflow_gpu_sched.emulator.filter_tokens import KEYWORDS, FilterError, Token, tokenize
+
 __all__ = ["FIELDS", "MAX_FILTER_LENGTH", "MAX_NESTING", "FilterError", "Predicate", "parse_filter"]
 
 MAX_FILTER_LENGTH = 8192  # characters; a filter our poller writes is ~300
 MAX_NESTING = 32  # levels of "(" (a NOT adds none: the grammar allows one per term)
-
-
-class FilterError(ValueError):
-    """A filter string could not be parsed; the message names the column."""
-
-
 _TIME_OPS = ("=", "!=", "<", "<=", ">", ">=")
 _LABEL_OPS = ("=", "!=", ":")
 # job_state.proto and pipeline_state.proto (v1): the names a ``state`` filter may compare with
@@ -102,101 +98,10 @@ FIELDS: dict[str, dict[str, tuple[Any, tuple[str, ...]]]] = {
                "labels": ("labels", _LABEL_OPS), "base_model_name": ("string", ("=",))},
 }
 _CAMEL_ALIASES = {"models": {"displayName": "display_name", "baseModelName": "base_model_name"}}  # "both supported"
-_KEYWORDS = ("AND", "OR", "NOT")
-_OPERATORS = ("<=", ">=", "!=", "=", "<", ">", ":")  # longest first
-_QUOTES = "\"'"
-_MEMBER_STOP = set("()\"'=!<>:.,") | {"~"}  # ends a bare segment of a field name
-_VALUE_STOP = set("()\"'")  # ends a bare value (which may hold ':' and '.', as timestamps do)
 
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
 )
-
-
-# --------------------------------------------------------------------------
-# Tokenizer
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Tok:
-    kind: str  # "(", ")", ",", "OP", "NOT", "AND", "OR", "MEMBER", "VALUE", "EOF"
-    text: str  # the value (unescaped); a MEMBER's segments joined by "."
-    col: int  # 1-based column of the token's first character
-    segments: tuple[str, ...] = ()  # a MEMBER's segments
-    quoted: bool = False
-    end: int = 0  # 1-based column just after the token
-
-    def describe(self) -> str:
-        if self.kind == "EOF":
-            return "end of input"
-        if self.quoted and self.kind in ("VALUE", "MEMBER"):
-            return f'string "{self.text}"'
-        return f"token '{self.text}'"
-
-
-def _quoted(text: str, i: int) -> tuple[str, int]:
-    """The quoted string starting at ``text[i]`` (either quote style) unescaped, and the index after it."""
-    quote, start, i, buf, n = text[i], i, i + 1, [], len(text)
-    while i < n and text[i] != quote:
-        if text[i] == "\\" and i + 1 < n:
-            i += 1
-        buf.append(text[i])
-        i += 1
-    if i >= n:
-        raise FilterError(f"filter: unterminated string starting at column {start + 1}")
-    return "".join(buf), i + 1
-
-
-def _tokenize(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        after_op = bool(toks) and toks[-1].kind == "OP"
-        if c.isspace():
-            i += 1
-        elif c in "(),":
-            toks.append(_Tok(c, c, i + 1, end=i + 2))
-            i += 1
-        elif op := next((o for o in _OPERATORS if text.startswith(o, i)), None):
-            toks.append(_Tok("OP", op, i + 1, end=i + 1 + len(op)))
-            i += len(op)
-        elif after_op:  # a value: quoted, or bare up to a space (a bare timestamp keeps its ':')
-            start = i
-            if c in _QUOTES:
-                value, i = _quoted(text, i)
-                toks.append(_Tok("VALUE", value, start + 1, quoted=True, end=i + 1))
-                continue
-            while i < n and not text[i].isspace() and text[i] not in _VALUE_STOP:
-                i += 1
-            toks.append(_Tok("VALUE", text[start:i], start + 1, end=i + 1))
-        elif c == "-":  # AIP-160: "-a" is "NOT a" (a value's leading '-' was read above)
-            toks.append(_Tok("NOT", "-", i + 1, end=i + 2))
-            i += 1
-        else:  # a member: segments (bare or quoted) joined by '.'
-            start, segments, quoted = i, [], False
-            while True:
-                if i < n and text[i] in _QUOTES:
-                    segment, i = _quoted(text, i)
-                    quoted = True
-                else:
-                    seg_start = i
-                    while i < n and not text[i].isspace() and text[i] not in _MEMBER_STOP:
-                        i += 1
-                    segment = text[seg_start:i]
-                    if not segment and not segments:
-                        raise FilterError(f"filter: unexpected character {text[i]!r} at column {i + 1}")
-                segments.append(segment)
-                if i < n and text[i] == ".":
-                    i += 1
-                    continue
-                break
-            joined = ".".join(segments)
-            kind = joined if not quoted and len(segments) == 1 and joined in _KEYWORDS else "MEMBER"
-            toks.append(_Tok(kind, joined, start + 1, tuple(segments), quoted, end=i + 1))
-    toks.append(_Tok("EOF", "", n + 1, end=n + 1))
-    return toks
 
 
 # --------------------------------------------------------------------------
@@ -309,14 +214,14 @@ def _supported(collection: str) -> str:
     return ", ".join("labels.<key>" if f == "labels" else f for f in FIELDS[collection])
 
 
-def _unsupported_field(field: _Tok, collection: str) -> FilterError:
+def _unsupported_field(field: Token, collection: str) -> FilterError:
     return FilterError(
         f"filter: unsupported field '{field.text}' at column {field.col}; {collection}.list supports "
         f"only these fields: {_supported(collection)}"
     )
 
 
-def _compile(field: _Tok, op: _Tok, value: _Tok, collection: str) -> Predicate:
+def _compile(field: Token, op: Token, value: Token, collection: str) -> Predicate:
     fields = FIELDS[collection]
     segments = list(field.segments)
     segments[0] = _CAMEL_ALIASES.get(collection, {}).get(segments[0], segments[0])
@@ -402,22 +307,22 @@ def _compile(field: _Tok, op: _Tok, value: _Tok, collection: str) -> Predicate:
 
 class _Parser:
     def __init__(self, text: str, collection: str) -> None:
-        self.toks = _tokenize(text)
+        self.toks = tokenize(text)
         self.i = 0
         self.depth = 0
         self.collection = collection
 
     @property
-    def tok(self) -> _Tok:
+    def tok(self) -> Token:
         return self.toks[self.i]
 
-    def advance(self) -> _Tok:
+    def advance(self) -> Token:
         tok = self.toks[self.i]
         self.i += 1
         return tok
 
     @staticmethod
-    def error(tok: _Tok, expected: str) -> FilterError:
+    def error(tok: Token, expected: str) -> FilterError:
         return FilterError(f"filter: unexpected {tok.describe()} at column {tok.col}; expected {expected}")
 
     def parse(self) -> Predicate:
@@ -494,7 +399,7 @@ class _Parser:
                               "emulator does not implement value groups; write (a=1 OR a=2)")
         if value.kind != "VALUE":
             raise self.error(value, f"a value after '{op.text}'")
-        if not value.quoted and value.text in _KEYWORDS:
+        if not value.quoted and value.text in KEYWORDS:
             raise self.error(value, f"a value after '{op.text}'")
         self.advance()
         return _compile(field, op, value, self.collection)

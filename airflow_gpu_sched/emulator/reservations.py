@@ -4,7 +4,7 @@ VMs the Vertex AI jobs that name one hold of it.
 
 Served at ``/compute/v1/...`` on the emulator's host (:func:`add_compute_routes`): the
 clients send compute calls there when their endpoint is the emulator
-(:func:`airflow_gpu_sched.vertex.client.core.compute_root`). Bodies are checked against the
+(:func:`airflow_gpu_sched.vertex.client.endpoints.compute_root`). Bodies are checked against the
 compute table vendored from the discovery document (:mod:`airflow_gpu_sched.vertex.compute_schema`);
 query parameters against each method's own (the discovery document's ``parameters``).
 Errors come in compute's shape (``{"error": {"code", "message", "errors": [{"domain",

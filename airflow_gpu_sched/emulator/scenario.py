@@ -131,6 +131,10 @@ class Variants(_Camel):
     # vertexai_hp_tuning_job_* flights), or at the first RUNNING as the proto's comment says
     # ("first_running": the emulator's old behaviour).
     start_time: Literal["admission", "first_running"] = "admission"
+    # How the billing catalog (services.skus.list, SAMPLE data) words the GPU training tiers:
+    # OnDemand, Spot as usageType Preemptible, and DWS flex-start SKUs ("dws"); no DWS SKUs at all
+    # ("no_dws"); Spot told apart only by "Spot" in the description ("spot_in_description").
+    billing_skus: Literal["dws", "no_dws", "spot_in_description"] = "dws"
 
 
 class SeededPersistentResource(_Camel):

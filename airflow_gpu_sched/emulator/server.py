@@ -14,7 +14,7 @@ import uvicorn
 from airflow_gpu_sched.emulator.app import create_app
 from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.scenario import Scenario
-from airflow_gpu_sched.vertex.client.core import is_loopback_host
+from airflow_gpu_sched.vertex.client.endpoints import is_loopback_host
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING
 from airflow_gpu_sched.vertex.timeline import Attempt, Night, Task, attempt_from_history, task_from_attempts
 
 if TYPE_CHECKING:
-    from airflow_gpu_sched.emulator.backend import Backend, JobRecord
+    from airflow_gpu_sched.emulator.backend import Backend
+    from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 
 OTHER = "other jobs (no Airflow labels)"
 
 
 def _attempt(record: JobRecord, label: str, now) -> Attempt:
     job = record.job
-    strategy = "PERSISTENT_RESOURCE" if record.tier == "persistent" else job.job_spec.strategy.value
+    strategy = record.strategy_name
     error = job.error.message if job.error and job.error.message else None
     accelerator = next((p.machine_spec.accelerator_type.value for _, p in job.job_spec.active_pools()
                         if p.machine_spec and p.machine_spec.accelerator_type), None)

@@ -8,8 +8,8 @@ would take ``google_cloud_platform`` away from "apache-airflow-providers-google"
 installed, its hook and form stay as they are. Either way the hook reads both types' connections,
 whose extras use the same names (the Google provider's).
 
-The field names and labels are the Google provider's (22.8.0, ``get_provider_info``), plus our
-``api_endpoint``; the Airflow 3 UI stores each field in the connection's extra under its name.
+The field names and labels are the Google provider's (22.8.0, ``get_provider_info``; its client
+credentials grant included), plus our ``api_endpoint``; the Airflow 3 UI stores each field in the connection's extra under its name.
 
 May import: nothing of this package; never airflow.
 """
@@ -48,6 +48,15 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "impersonation_chain": _text("Impersonation Chain",
                                  "Service account(s) to impersonate, comma separated, the last one acts."),
     "scope": _text("Scopes (comma separated)", "Default: https://www.googleapis.com/auth/cloud-platform"),
+    # the Google provider's client credentials grant (with a workload identity federation config in
+    # credential_config_file): the IdP's token is exchanged at STS (vertex/client/auth.py)
+    "idp_issuer_url": _text("IdP Token Issue URL (Client Credentials Grant Flow)",
+                            "https URL of your identity provider's token endpoint; with Client ID, Client "
+                            "Secret and a Credential Configuration File."),
+    "client_id": _text("Client ID (Client Credentials Grant Flow)"),
+    "client_secret": _text("Client Secret (Client Credentials Grant Flow)", secret=True),
+    "idp_extra_parameters": _text("IdP Extra Request Parameters",
+                                  'JSON object of extra form fields for the IdP request, e.g. {"audience": "..."}.'),
     "api_endpoint": _text("API endpoint", "Vertex AI base URL, e.g. http://127.0.0.1:8080 for the "
                           "emulator. Empty: https://LOCATION-aiplatform.googleapis.com"),
 }

@@ -138,7 +138,12 @@ class VertexTrainingOperator(BaseOperator):
         :class:`DeadlineExceeded`.
     :param expected_run_time: how long the job runs once it has its GPUs (for the deadline).
     :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
-        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON.
+        "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON, or
+        ``"catalog"`` / ``"catalog:<Variable>"``: Google's billing catalog, that table for what it lacks (docs/cost.md).
+    :param budget: at most this much (price table's currency) on this task's jobs: a step whose
+        expected cost is over what is left is skipped; none fits: :class:`BudgetExceeded` (docs/cost.md).
+    :param run_budget: ``RunBudget(name, limit)`` (or that as a dict): a budget shared by the DAG
+        run's tasks that name it; this task reserves its ``budget=`` (else its dearest step) of it.
     :param on_capacity_acquired, on_preempted, on_fallback: callables (or Airflow notifiers)
         handed the attempt record when a job got its GPUs, was preempted, or the plan moved on.
     :param stream_logs: while the job runs, write its Cloud Logging lines (what the training
@@ -204,6 +209,8 @@ class VertexTrainingOperator(BaseOperator):
         deadline: datetime | timedelta | None = None,
         expected_run_time: timedelta | float | str | None = None,
         prices: dict[str, Any] | str | None = None,
+        budget: float | None = None,
+        run_budget: Any = None,
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
         on_fallback: Any = None,
@@ -261,6 +268,8 @@ class VertexTrainingOperator(BaseOperator):
         self.deadline = deadline
         self.expected_run_time = _duration_arg("expected_run_time", expected_run_time)
         self.prices = prices
+        self.budget = budget  # orchestration/budget.py: checked with the other arguments below
+        self.run_budget = run_budget  # a RunBudget shared by the DAG run's tasks (orchestration/run_budget.py)
         self.on_capacity_acquired = on_capacity_acquired
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
@@ -334,11 +343,13 @@ class VertexTrainingOperator(BaseOperator):
 
     def engine_plan(self, context: Context, ledger: SubmissionLedger) -> engine.Plan:
         from airflow_gpu_sched.orchestration import plan_engine as engine
+        from airflow_gpu_sched.orchestration.budget import budget_for
 
         return engine.Plan.of(self.plan, self.location, self.regions_first, project=self.project_id,
                        deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
                        quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir,
-                       retry_on_user_code_failure=self.retry_on_user_code_failure)
+                       retry_on_user_code_failure=self.retry_on_user_code_failure,
+                       budget=budget_for(self, ledger, context))
 
     def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
         """The plan's deadline. A timedelta counts from the data interval's end; in a manual
@@ -396,10 +407,13 @@ class VertexTrainingOperator(BaseOperator):
     def _violations(self, ignore_templates: bool) -> list[Violation]:
         """Every step's rules: a spec one step cannot take is an error before anything runs."""
         from airflow_gpu_sched.orchestration import job_spec
+        from airflow_gpu_sched.orchestration.budget import check_budget_args
         from airflow_gpu_sched.orchestration.plans import check_regions
         from airflow_gpu_sched.vertex.rules import Violation
         found = self.job_kind.violations(self.job_options())
         found += check_regions(self.plan, self.location)
+        found += [Violation(*rule.split(": ", 1))
+                  for rule in check_budget_args(self.budget, self.expected_run_time, self.run_budget)]
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, planned in enumerate(self.plan):
@@ -686,8 +700,11 @@ class VertexTrainingOperator(BaseOperator):
 
     def result(self, ledger: SubmissionLedger, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
         from airflow_gpu_sched.orchestration.accounting import resolve_prices, summary_table, task_result
-        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, resolve_prices(self.prices),
-                             outputs)
+        from airflow_gpu_sched.orchestration.budget import settle_run_budget
+
+        prices = resolve_prices(self.prices, self.client)  # "catalog": Google's billing catalog, cached
+        settle_run_budget(ledger, prices)  # run_budget=: what was spent replaces this task's reservation
+        result = task_result(ledger.attempts, ledger.preemptions, self.base_output_dir, prices, outputs)
         self.log.info("training summary:\n%s", summary_table(result))
         return result
 

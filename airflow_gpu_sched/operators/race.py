@@ -204,7 +204,8 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
         members.append(engine.MemberEnded(
             index=int(m["index"]), job_name=m["job_name"], kind=job.kind, by_race=bool(m.get("by_race")),
             job_state=job.job_state, job_error=job.job_error, message=job.message, restarts=job.restarts,
-            running_bound=job.running_bound, max_wait=job.max_wait))
+            running_bound=job.running_bound, max_wait=job.max_wait,
+            cancelled_waiting=job.cancelled_waiting))
     return engine.RaceEnded(now=_now(), winner=payload.get("winner"), members=tuple(members),
                             try_number=try_number), ended
 

@@ -20,6 +20,7 @@ from airflow_gpu_sched.operators import lineage, observe, region_order
 from airflow_gpu_sched.operators.running import now, try_number
 from airflow_gpu_sched.orchestration import signals
 from airflow_gpu_sched.orchestration.errors import (
+    BudgetExceeded,
     CapacityUnavailable,
     CapacityWaitExpired,
     DeadlineExceeded,
@@ -46,7 +47,7 @@ ERRORS: dict[str, type[GpuTrainingError]] = {cls.__name__: cls for cls in (
     TrainingJobFailed, TrainingJobFailedNoRetry, TrainingJobTimedOut, TrainingJobCancelled, CapacityWaitExpired,
     PreemptionBudgetExhausted,
     PersistentResourceUnavailable, PersistentCapacityTimeout, CapacityUnavailable, QuotaTooLow, DeadlineExceeded,
-    VertexUnreachable)}
+    VertexUnreachable, BudgetExceeded)}
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,11 @@ def _succeed(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Suc
 
 
 def _fail(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Fail, ended: Any) -> None:
+    from airflow_gpu_sched.operators import failed_try  # its record reads accounting: loaded when a task fails
+
     failure = action.failure  # kept: a later try tells a retry from a clear by it
     ledger.note_failure(failure.kind, failure.message, failure.job_name, failure.detail, try_number(context))
+    failed_try.push(op, context, ledger, failure)  # where the UI plugin reads a failed try
     if failure.kind == "InvalidTrainingSpec":
         raise InvalidTrainingSpec(list(failure.violations), failure.message)
     raise ERRORS[failure.kind](failure.message, failure.job_name, failure.detail, log_tail=failure.log_tail)

@@ -106,25 +106,36 @@ def console_url(job_name: str) -> str:
     return job_type_of(job_name).console_url(job_name)
 
 
-def resolve_prices(prices: dict[str, Any] | str | None) -> dict[str, Any] | None:
-    """A price table, or the name of an Airflow Variable holding one as JSON.
+def resolve_prices(prices: dict[str, Any] | str | None, client: Any = None) -> dict[str, Any] | None:
+    """A price table, or the name of an Airflow Variable holding one as JSON, or ``"catalog"``
+    (``"catalog:<Variable>"``, a table with ``"source": "catalog"``): Google's billing catalog
+    through ``client()`` (the operator's client factory), the table for what it lacks
+    (:mod:`catalog_prices`).
 
     ``{"currency": "USD", "NVIDIA_H100_80GB": {"FLEX_START": 4.0, "SPOT": 2.5, "STANDARD": 9.0,
     "PERSISTENT_RESOURCE": 0.0}}``: per GPU-hour, per accelerator and strategy. There are no
-    built-in prices: Google's change by region and over time; configure your own.
+    built-in prices: Google's change by region and over time; configure your own or use the catalog.
     """
-    if prices is None or isinstance(prices, dict):
-        return prices
-    from airflow.sdk import Variable
+    from airflow_gpu_sched.orchestration.catalog_prices import catalog_spec, catalog_table
 
-    return Variable.get(prices, deserialize_json=True)
+    from_catalog, table = catalog_spec(prices)
+    if isinstance(table, str):
+        from airflow.sdk import Variable
+
+        table = Variable.get(table, deserialize_json=True)
+    if not from_catalog:
+        return table
+    if client is None:  # nothing to ask the catalog with (e.g. a metric outside a task)
+        return {k: v for k, v in table.items() if k != "source"} if table else None
+    return catalog_table(client(), table)
 
 
 def attempt_cost(attempt: dict[str, Any], prices: dict[str, Any] | None) -> float | None:
+    from airflow_gpu_sched.orchestration.catalog_prices import price_of
+
     if not prices or not attempt.get("gpu_hours"):
         return 0.0 if prices else None
-    per_strategy = prices.get(attempt.get("accelerator_type") or "", {})
-    price = per_strategy.get(attempt["strategy"]) if isinstance(per_strategy, dict) else None
+    price = price_of(prices, attempt.get("accelerator_type"), attempt["strategy"], attempt.get("location"))
     return None if price is None else round(attempt["gpu_hours"] * float(price), 4)
 
 
@@ -148,7 +159,7 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "gpu_hours": round(sum(a["gpu_hours"] for a in attempts), 4),
         "cost": round(sum(costs), 4) if prices else None,
         "currency": prices.get("currency") if prices else None,
-        "console_url": console_url(last["job_name"]),
+        "console_url": console_url(last["job_name"]) if last["job_name"] else None,  # a failed try's last may have no job
         "base_output_dir": base_output_dir,
         "times": totals_times(attempts),
         **(outputs or {}),

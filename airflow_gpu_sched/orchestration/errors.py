@@ -18,6 +18,8 @@ AirflowException
 │   ├── QuotaTooLow                       the region's GPU quota for the tier is below what the job needs: found by
 │   │                                     the preflight, or by Vertex AI (a 429 at create, a pipeline FAILED code 8)
 │   ├── DeadlineExceeded (+ AFE)          no step of the plan can finish before the plan's deadline
+│   ├── BudgetExceeded (+ AFE)            no step of the plan fits its price cap or what is left of the budget;
+│   │                                     raised before any GPU is asked for (orchestration/budget.py)
 │   └── VertexUnreachable                 the API kept failing (5xx, 429, network) past the transient-error window
 └── AirflowFailException (no Airflow retry: retrying cannot help)
     └── InvalidTrainingSpec               the spec breaks a rule; raised before any GPU is requested
@@ -92,6 +94,11 @@ class CapacityUnavailable(GpuTrainingError):
 
 class DeadlineExceeded(GpuTrainingError, AirflowFailException):
     pass
+
+
+class BudgetExceeded(GpuTrainingError, AirflowFailException):
+    """No step fits: each was over its ``max_price_per_gpu_hour`` or expected to cost more than
+    what is left of ``budget=``; the message names each step's reason."""
 
 
 class QuotaTooLow(GpuTrainingError):

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from airflow_gpu_sched.orchestration import race_engine as races
+from airflow_gpu_sched.orchestration.budget import refusal as budget_refusal
 from airflow_gpu_sched.orchestration.outcomes import Event
 from airflow_gpu_sched.orchestration.plan_types import *  # noqa: F403 (the engine's vocabulary, re-exported)
 from airflow_gpu_sched.orchestration.plan_types import current as _current
@@ -120,6 +121,8 @@ def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]
     _, why_not = deadline_budget(plan, step, now)
     if why_not:
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
+    if why_not := budget_refusal(plan.budget, step, location):  # before any GPU is asked for
+        return _fall_back(plan, position, Failure("BudgetExceeded", why_not + f": {step.strategy} skipped"), now, effects)
     if isinstance(step, RaceStep):
         return _then(plan, races.start(plan, position, step, location, now, effects))
     if isinstance(step, PersistentResourceStep):

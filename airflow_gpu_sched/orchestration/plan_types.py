@@ -33,6 +33,7 @@ class Plan:
     quota_preflight: bool = True
     checkpoints: str | None = None  # base_output_dir: a resubmission resumes from it
     retry_on_user_code_failure: bool = False  # an Airflow retry after a user-code failure submits a new job
+    budget: Any = None  # orchestration/budget.py Budget: steps over a price cap or the budget are skipped
 
     @classmethod
     def of(cls, steps: list[Step], location: str, regions_first: bool = True, **knobs: Any) -> Plan:
@@ -227,14 +228,14 @@ FailureKind = Literal["TrainingJobFailed", "TrainingJobFailedNoRetry", "Training
                       "CapacityWaitExpired",
                       "PreemptionBudgetExhausted",
                       "PersistentResourceUnavailable", "PersistentCapacityTimeout", "CapacityUnavailable",
-                      "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec"]
+                      "QuotaTooLow", "DeadlineExceeded", "VertexUnreachable", "InvalidTrainingSpec", "BudgetExceeded"]
 
 
 # The failures an Airflow retry cannot change: their errors are AirflowFailExceptions (errors.py;
 # tests/test_retries.py checks the two agree), and a try that starts after one anyway (the
 # earlier try's process died before Airflow saw its failure) fails again instead of training.
 NO_RETRY: frozenset[str] = frozenset({"TrainingJobFailedNoRetry", "TrainingJobTimedOut", "TrainingJobCancelled",
-                                      "DeadlineExceeded",
+                                      "DeadlineExceeded", "BudgetExceeded",
                                       "InvalidTrainingSpec"})
 # The capacity outcomes that end a plan when no step is left: a retry (retry_delay later, when
 # capacity or quota may have come back) runs the plan again from its first step, the preferred one.

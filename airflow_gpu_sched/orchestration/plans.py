@@ -47,6 +47,7 @@ class Step:
     locations: tuple[str, ...] = ()  # empty: the operator's location
     capacity_wait_timeout: timedelta | None = None  # the job must be RUNNING within this (None: no bound)
     region_order: str | None = None  # "observed": locations by recent capacity (None, "given": as listed)
+    max_price_per_gpu_hour: float | None = None  # run only where the price table says at most this (budget.py)
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
         block: dict[str, Any] = {"strategy": self.strategy}
@@ -213,6 +214,15 @@ def _convert(key: str, raw: Any) -> Any:
     if key == "region_order":
         if raw is not None and raw not in REGION_ORDERS:
             raise ValueError(f"must be one of {', '.join(REGION_ORDERS)} (got {raw!r})")
+    if key == "max_price_per_gpu_hour":
+        if isinstance(raw, str):  # a rendered template is text
+            try:
+                raw = float(raw)
+            except ValueError:
+                raise ValueError(f"must be a number >= 0, per GPU-hour in the price table's currency (got {raw!r})") from None
+        if raw is not None and (isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw >= 0):
+            raise ValueError(f"must be a number >= 0, per GPU-hour in the price table's currency (got {raw!r})")
+        return None if raw is None else float(raw)
     if key == "max_preemption_retries":
         if isinstance(raw, str) and raw.strip().isdigit():  # a rendered template is text
             raw = int(raw)

@@ -121,6 +121,7 @@ class MemberEnded:
     restarts: int = 0
     running_bound: str | None = None  # set when its bound before RUNNING cancelled it
     max_wait: timedelta | None = None
+    cancelled_waiting: bool = False  # CANCELLED, not by us, before it was seen RUNNING
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,6 +354,14 @@ def _close_member(plan: Plan, state: State, member: MemberEnded, race: Literal["
                        **shown)
 
 
+def _cancelled_by_an_earlier_try(member: MemberEnded) -> MemberEnded:
+    """A member of a race an earlier try submitted that was cancelled while waiting, not by
+    us: that try's ``on_kill`` (the task was cleared), landing after this try re-attached."""
+    if member.kind is Event.CAPACITY_TIMEOUT and member.cancelled_waiting and not member.by_race:
+        return replace(member, kind=Event.CANCELLED)
+    return member
+
+
 def _race_ended(plan: Plan, state: State, event: RaceEnded) -> Next:
     race = state.race
     position = state.position
@@ -361,6 +370,8 @@ def _race_ended(plan: Plan, state: State, event: RaceEnded) -> Next:
     if event.error is not None:
         return Fail(failure=Failure("VertexUnreachable", event.error))  # a retry re-attaches to every member
     earlier_try = race.try_number != event.try_number
+    if earlier_try:  # as for a single job: the earlier try's on_kill may have cancelled them
+        event = replace(event, members=tuple(_cancelled_by_an_earlier_try(m) for m in event.members))
     open_members = [m for m in event.members if not (race.member(m.index) or RaceMember(m.index)).closed]
     if event.winner is not None:
         winner = next(m for m in event.members if m.index == event.winner)

@@ -91,7 +91,7 @@ def _cost(operator: Any, record: dict[str, Any]) -> tuple[float | None, str | No
     from airflow_gpu_sched.orchestration.accounting import attempt_cost, resolve_prices
 
     try:
-        prices = resolve_prices(operator.prices)
+        prices = resolve_prices(operator.prices, getattr(operator, "client", None))
     except Exception:  # noqa: BLE001 (the result names a bad price table; a metric only skips it)
         return None, None
     return attempt_cost(record, prices), (prices or {}).get("currency")

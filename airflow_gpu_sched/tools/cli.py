@@ -204,7 +204,7 @@ def _plan_check(args: argparse.Namespace) -> int:
 
     tasks = platform.training_tasks(args.dag_file)
     rows = [row for task in tasks for row in platform.plan_rows(task)]
-    emit(rows, ["dag", "task", "position", "step", "regions", "rules", "violations"], args.output)
+    emit(rows, ["dag", "task", "position", "step", "regions", "rules", "violations", "cost"], args.output)
     return 1 if any(row.violations for row in rows) else 0
 
 

@@ -21,7 +21,7 @@ import io
 import logging
 import os
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
@@ -263,6 +263,7 @@ class StepRow:
     regions: list[str]
     rules: list[str]
     violations: list[str]
+    cost: list[str] = field(default_factory=list)  # per region: expected cost and whether the budget allows it
 
 
 def rule_sets(task: Any, step: Any) -> list[str]:
@@ -283,6 +284,7 @@ def plan_rows(task: Any) -> list[StepRow]:
     """Each step of the task's plan, its regions in the order tried, and the rules its job breaks
     (as the operator checks them before submitting; templated fields are checked once rendered)."""
     from airflow_gpu_sched.orchestration import job_spec
+    from airflow_gpu_sched.orchestration.budget import plan_check_cells
 
     order = task.positions()
     rows = []
@@ -292,7 +294,7 @@ def plan_rows(task: Any) -> list[StepRow]:
             found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
             label = step.describe() if step is planned else f"{planned.describe()}: {step.describe()}"
             rows.append(StepRow(task.dag_id, task.task_id, index, label, step_regions, rule_sets(task, step),
-                                [str(v) for v in found]))
+                                [str(v) for v in found], plan_check_cells(task, step, step_regions)))
     return rows
 
 

@@ -49,6 +49,14 @@ class PersistentCapacityTrigger(BaseTrigger):
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_gpu_sched.triggers.settle import settle, started_at
+
+        started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
+        event = await self._first_event()
+        await settle(started)  # apache/airflow#66374: free replicas are often there at the first read
+        yield TriggerEvent(event)
+
+    async def _first_event(self) -> dict[str, Any]:
         from airflow_gpu_sched.vertex.client import VertexError
         from airflow_gpu_sched.vertex.models import CustomJobSpec
         from airflow_gpu_sched.vertex.rules import check_persistent_fit
@@ -65,31 +73,25 @@ class PersistentCapacityTrigger(BaseTrigger):
                 if watch.failed_poll(exc):
                     await asyncio.sleep(self.poll_interval)
                     continue
-                yield TriggerEvent(error_event(watch.unreachable_message(exc)))
-                return
+                return error_event(watch.unreachable_message(exc))
             watch.succeeded_poll()
             state = resource.state.value if resource.state else "STATE_UNSPECIFIED"
             if state in FAILED_STATES:
                 message = resource.error.message if resource.error and resource.error.message else state
-                yield TriggerEvent({"status": Event.FAILED.value, "message": f"{self.resource_name} is {state}: {message}"})
-                return
+                return {"status": Event.FAILED.value, "message": f"{self.resource_name} is {state}: {message}"}
             note = f"{self.resource_name} is {state}"
             if state == "RUNNING":
                 fit = check_persistent_fit(spec, resource)
                 if fit.mismatches:
-                    yield TriggerEvent({"status": Event.FAILED.value,
-                                        "message": "; ".join(str(v) for v in fit.mismatches)})
-                    return
+                    return {"status": Event.FAILED.value, "message": "; ".join(str(v) for v in fit.mismatches)}
                 if fit.runs_now:
-                    yield TriggerEvent({"status": Event.CAPACITY_AVAILABLE.value, "message": note})
-                    return
+                    return {"status": Event.CAPACITY_AVAILABLE.value, "message": note}
                 note = "; ".join(f"pool {s.resource_pool_id}: {s.free} free of {s.wanted} wanted"
                                  for s in fit.shortages)
             if note != last_note:
                 self.log.info("waiting for capacity: %s", note)
                 last_note = note
             if self.deadline is not None and time.time() >= self.deadline:
-                yield TriggerEvent({"status": Event.CAPACITY_TIMEOUT.value,
-                                    "message": f"capacity_wait_timeout passed; last seen: {note}"})
-                return
+                return {"status": Event.CAPACITY_TIMEOUT.value,
+                        "message": f"capacity_wait_timeout passed; last seen: {note}"}
             await asyncio.sleep(self.poll_interval)

@@ -20,7 +20,8 @@ from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 
-ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too; cancel is one small request
+ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too (``[triggerer] on_kill_timeout``, 30 s)
+ON_KILL_CANCEL_BUDGET = 20.0  # a cancel answered 429/5xx is retried this long, inside that bound
 CANCEL_SETTLE = 120.0  # after the bound's cancel, how long to follow the job to its end before reporting
 _TIMED_OUT = object()
 
@@ -101,7 +102,10 @@ class CustomJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_sched.triggers.settle import settle, started_at
 
+        from airflow_gpu_sched.triggers.ownership import claim
+
         started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
+        await claim(self)  # on_kill tells a hand-over to another triggerer from a user's kill by it
         logs = self._log_stream() if self.stream_logs else None
         if logs is not None:
             await logs.start()
@@ -263,11 +267,37 @@ class CustomJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user marked the task failed/success or cleared it: cancel the job (never on a
-        triggerer restart or redistribution; that is ``cleanup``, which we leave alone)."""
-        client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
-                                    self.impersonation_chain)
+        triggerer restart; that is ``cleanup``, which we leave alone). Airflow 3.3 calls on_kill
+        on a hand-over to another triggerer too (apache/airflow#73454): then the job is left to
+        the copy that now watches it."""
+        from airflow_gpu_sched.triggers.ownership import handed_over
+
+        if await handed_over(self):
+            self.log.warning("this trigger was handed to another triggerer (apache/airflow#73454), not killed "
+                             "by a user: leaving %s to the copy that watches it now", self.job_name)
+            return
         self.log.info("task killed by a user: cancelling %s", self.job_name)
-        await asyncio.wait_for(cancel_quietly(client, self.job_name), ON_KILL_TIMEOUT)
+        await cancel_on_kill(self.log, self.job_name, self.gcp_conn_id, self.impersonation_chain)
+
+
+async def cancel_on_kill(log: Any, job_name: str, gcp_conn_id: str,
+                         impersonation_chain: str | list[str] | None = None) -> bool:
+    """Cancel for a user's kill: a 429/5xx or a lost connection is retried (backoff) for up to
+    :data:`ON_KILL_CANCEL_BUDGET` s, never handed back to Airflow as a bare traceback: a cancel
+    that could not be sent is logged as an error naming the job left running (True: cancelled
+    or already ended)."""
+    from airflow_gpu_sched.vertex.client import AsyncVertexClient, RetryPolicy, VertexError
+
+    retry = RetryPolicy(initial=0.5, maximum=4.0, deadline=ON_KILL_CANCEL_BUDGET)
+    try:
+        client = await AsyncVertexClient.afrom_connection(gcp_conn_id, location=location_of(job_name), retry=retry,
+                                                          impersonation_chain=impersonation_chain)
+        await asyncio.wait_for(cancel_quietly(client, job_name), ON_KILL_TIMEOUT)
+    except (VertexError, TimeoutError) as exc:
+        log.error("could not cancel %s (retried for %.0f s): %s. The job may still be running: cancel it in the "
+                  "console or with `airflow gpu-sched jobs orphans --cancel`", job_name, ON_KILL_CANCEL_BUDGET, exc)
+        return False
+    return True
 
 
 class _Stream:

@@ -78,6 +78,9 @@ class RaceTrigger(BaseTrigger):
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_gpu_sched.triggers.settle import settle, started_at
+
+        started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
         queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         streams = [member._news() for member in self._members]
         tasks = [asyncio.ensure_future(self._pump(slot, stream, queue)) for slot, stream in enumerate(streams)]
@@ -91,6 +94,8 @@ class RaceTrigger(BaseTrigger):
                     await task
             for stream in streams:
                 await stream.aclose()  # leave the shared pollers now
+        # apache/airflow#66374: a race re-attached to members already ended decides at once
+        await settle(started)
         yield TriggerEvent(event)
 
     @staticmethod

@@ -58,7 +58,14 @@ async def _page(request: Request, heading: str, dag_id: str | None, run_id: str 
                                tuple(operators) or TRAINING_OPERATORS)
     except ApiError as error:
         return HTMLResponse(page.render([], heading, links, str(error)), error.status)
-    return HTMLResponse(page.render(runs, heading, links))
+    return HTMLResponse(page.render(runs, heading, links, console_domain=_console_domain()))
+
+
+def _console_domain() -> str:
+    """``[gpu_sched] console_domain`` (the host console links may point to), as the links were built with."""
+    from airflow.configuration import conf
+
+    return (conf.get("gpu_sched", "console_domain", fallback=None) or page.DEFAULT_CONSOLE).strip().lower()
 
 
 def create_app() -> FastAPI:

@@ -7,10 +7,12 @@ May import: vertex, ui; never airflow.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from html import escape
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, urlsplit
 
-from airflow_gpu_sched.ui.source import RunRecord
+from airflow_gpu_sched.ui.source import RunRecord, TaskRecord
 from airflow_gpu_sched.vertex.timeline import Night, Task, svg, task_from_result
 
 CSS = """
@@ -20,7 +22,11 @@ p.scope a{margin-right:10px} .timeline{overflow-x:auto;border:1px solid #e3e6ea;
 table{border-collapse:collapse;font-size:13px} th,td{padding:3px 10px;border-bottom:1px solid #e3e6ea;text-align:left}
 th{background:#f6f7f9} td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .timeline svg{max-width:100%;height:auto;display:block} .error{color:#c0392b}
+#failures{margin-bottom:18px} #failures td{vertical-align:top} #failures td.what{max-width:760px;overflow-wrap:anywhere} .said{color:#5b6270;margin-top:4px}
+#failures pre{margin:6px 0 0;padding:6px;background:#f6f7f9;font-size:12px;max-width:760px;overflow-x:auto;white-space:pre-wrap}
 """
+# the console's host when Airflow's [gpu_sched] console_domain is not set (orchestration/console.py)
+DEFAULT_CONSOLE = "console.cloud.google.com"
 
 
 def task_name(task_id: str, map_index: int) -> str:
@@ -34,7 +40,10 @@ def nights_of(runs: list[RunRecord]) -> list[Night]:
         tasks = []
         for t in run.tasks:
             name = task_name(t.task_id, t.map_index)
-            if t.result is not None:
+            failure = failure_of(t)
+            if failure is not None:
+                tasks.append(_failed_task(name, t, failure))
+            elif t.result is not None:
                 tasks.append(_task_or_note(name, t.result))
             else:
                 why = "no result yet" if t.state in (None, "queued", "scheduled", "running", "deferred",
@@ -56,6 +65,56 @@ def _task_or_note(name: str, result: dict) -> Task:
         return Task(name, (), note=f"unreadable result ({type(exc).__name__}): see the task's XCom return_value")
 
 
+def failure_of(task: TaskRecord) -> dict[str, Any] | None:
+    """The ``failure`` block of a failed try's record (None: the task did not fail, or no record)."""
+    failure = (task.result or {}).get("failure") if task.state != "success" else None
+    return failure if isinstance(failure, dict) else None
+
+
+def _text(value: Any, most: int = 300) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+def _failed_task(name: str, record: TaskRecord, failure: dict[str, Any]) -> Task:
+    """A failed task's row: its attempts as far as they went, its name saying how it failed."""
+    kind = _text(failure.get("kind"), 60) or "error"
+    task = _task_or_note(f"{name}  {(record.state or 'failed').upper()}: {kind}", record.result or {})
+    if not task.attempts and not task.note:  # no job was ever made (a deadline, a quota): say why
+        task = replace(task, note=_text(failure.get("message"), 100))
+    return task
+
+
+def failure_rows(runs: list[RunRecord], domain: str) -> list[tuple[str, str, str, str, str, str, str, list]]:
+    """(run, task, state and try, error kind, message, Vertex AI says, last log lines, links): a
+    row per task whose try failed. Links only to ``https://`` pages on the console's host:
+    an XCom written by someone else (``javascript:...``, another site) gives no link."""
+    rows = []
+    for run in runs:
+        for t in run.tasks:
+            failure = failure_of(t)
+            if failure is None:
+                continue
+            links = failure.get("links") if isinstance(failure.get("links"), dict) else {}
+            links = [(str(k).replace("_", " "), v) for k, v in links.items() if _console_link(v, domain)]
+            attempt = f"{t.state or '?'}, try {_text(failure.get('try_number'), 10) or '?'}"
+            rows.append((f"{run.dag_id}  {run.run_id}", task_name(t.task_id, t.map_index), attempt,
+                         _text(failure.get("kind"), 60), _text(failure.get("message"), 2000),
+                         _text(failure.get("detail"), 2000), _text(failure.get("log_tail"), 8000), links))
+    return rows
+
+
+def _console_link(url: Any, domain: str) -> bool:
+    if not isinstance(url, str) or any(c in url for c in "\r\n\t\\ \"'<>"):
+        return False
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    return parts.scheme == "https" and port is None and parts.username is None and parts.netloc.lower() == domain
+
+
 def waiting_rows(nights: list[Night]) -> list[tuple[str, str, str, str, float, float, int, int, str]]:
     """(night, task, on what, strategies tried, waited s, GPU-h, preemptions, fallbacks, cost): longest wait first."""
     rows = []
@@ -75,9 +134,21 @@ def waiting_rows(nights: list[Night]) -> list[tuple[str, str, str, str, float, f
     return sorted(rows, key=lambda r: -r[4])
 
 
-def render(runs: list[RunRecord], heading: str, links: list[tuple[str, str]], error: str | None = None) -> str:
+def render(runs: list[RunRecord], heading: str, links: list[tuple[str, str]], error: str | None = None,
+           console_domain: str = DEFAULT_CONSOLE) -> str:
     nights = nights_of(runs)
     body = f'<p class="error">{escape(error)}</p>' if error else ""
+    failed = failure_rows(runs, console_domain)
+    if failed:
+        rows = "".join(
+            f'<tr class="failed"><td>{escape(r[0])}</td><td>{escape(r[1])}</td><td>{escape(r[2])}</td>'
+            f'<td class="error">{escape(r[3])}</td><td class="what">{escape(r[4])}'
+            + (f'<div class="said">Vertex AI says: {escape(r[5])}</div>' if r[5] else "")
+            + (f"<pre>{escape(r[6])}</pre>" if r[6] else "")
+            + "</td><td>" + " ".join(f'<a href="{escape(url)}" target="_blank" rel="noopener">{escape(text)}</a>'
+                                     for text, url in r[7]) + "</td></tr>" for r in failed)
+        body += ('<h2 style="font-size:15px">Failed</h2><table id="failures"><tr><th>run</th><th>task</th>'
+                 f"<th>state</th><th>error</th><th>what happened</th><th>console</th></tr>{rows}</table>")
     trained = [n for n in nights if n.tasks]
     if trained:
         body += f'<div class="timeline">{svg(trained, "")}</div>'

@@ -20,6 +20,10 @@ from urllib.parse import quote
 # subclass of your own is listed with the `operator=` query parameter of the page.
 TRAINING_OPERATORS = ("GpuTrainingOperator", "FlexStartTrainingOperator", "SpotTrainingOperator",
                       "PersistentResourceTrainingOperator", "VertexTrainingOperator")
+# a failed try's record: the XCom key of orchestration/failure_record.py (not imported: ui reads
+# only vertex), pushed by a try that failed (the task then up for retry or failed)
+FAILURE_KEY = "training_failure"
+FAILED_STATES = ("failed", "up_for_retry", "up_for_reschedule")
 PAGE = 100  # Airflow's default [api] maximum_page_limit
 MAX_TASKS = 500  # training task instances per page view, at most
 
@@ -117,11 +121,14 @@ async def fetch(api: AirflowApi, dag_id: str | None, run_id: str | None, nights:
             run.tasks.append(TaskRecord(ti["task_id"], ti.get("map_index", -1), ti.get("state")))
 
     async def result(run: RunRecord, task: TaskRecord) -> None:
-        if task.state != "success":  # a return value is pushed only when the task succeeds
+        # a return value is pushed only when the task succeeds; a try that failed pushed its
+        # attempts and error before raising (the operator's failed-try record)
+        key = "return_value" if task.state == "success" else FAILURE_KEY if task.state in FAILED_STATES else None
+        if key is None:
             return
         try:
             entry = await api.get(f"dags/{_q(run.dag_id)}/dagRuns/{_q(run.run_id)}/taskInstances/"
-                                  f"{_q(task.task_id)}/xcomEntries/return_value", [("map_index", task.map_index)])
+                                  f"{_q(task.task_id)}/xcomEntries/{key}", [("map_index", task.map_index)])
         except ApiError as error:
             if error.status == 404:
                 return

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
-from airflow_gpu_sched.vertex.client.core import api_root
+from airflow_gpu_sched.vertex.client.endpoints import api_root
 
 PROJECT_ENV, LOCATION_ENV, REPORT_ENV, IMAGE_ENV = (
     "VERTEX_CONTRACT_PROJECT", "VERTEX_CONTRACT_LOCATION", "VERTEX_CONTRACT_REPORT", "VERTEX_CONTRACT_IMAGE")

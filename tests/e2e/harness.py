@@ -20,6 +20,7 @@ Notes (measured on 3.3.2, PostgreSQL 15):
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -416,6 +417,24 @@ class AirflowDeployment:
                     (e.get("extra") or "")[:400]) for e in events["event_logs"]
                    if e["event"] not in ("running", "success", "deferred", "queued", "scheduled", "trigger")]
         return f"not successful: {found}\nevents: {notable}"
+
+    def task_events(self, dag_id: str, run_id: str) -> str:
+        """The ``event`` of every line of a run's task logs (worker tries and triggers), file by
+        file: what each try decided, which :meth:`logs`' tail (mostly parsing lines) cuts off."""
+        root = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+        out = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            out.append(f"== {path.parent.name}/{path.name}")
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    out.append(line[:300])
+                    continue
+                if isinstance(record, dict):
+                    out.append(f"{record.get('timestamp', '')} {record.get('level', '')} "
+                               f"{str(record.get('event'))[:600]}")
+        return "\n".join(out)
 
     def logs(self) -> str:
         parts = []

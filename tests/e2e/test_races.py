@@ -137,7 +137,7 @@ def test_a_race_task_cleared_while_deferred_cancels_every_member_and_races_anew(
     while len(_jobs(emulator)) < 4:
         ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
         assert ti["state"] not in ("failed", "success") and time.monotonic() < deadline, \
-            f"no new race: {ti}\n{airflow.logs()[-6000:]}"
+            f"no new race: {ti}\n{airflow.task_events(DAG_ID, run_id)}"
         time.sleep(0.5)
     assert airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=60) == "deferred"
     jobs = _jobs(emulator)

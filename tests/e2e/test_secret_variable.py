@@ -120,7 +120,9 @@ def test_a_variable_rendered_into_env_and_args_reaches_the_job_and_nothing_else(
     db_while_deferred = _dump_db(airflow.pg)  # the capacity trigger's row exists only while it waits
     with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=airflow.emulator.url) as client:
         client.cancel_custom_job(blocker)  # the pool frees: on_pool submits its job
-    assert airflow.wait(DAG_ID, run_id, timeout=300) == "success", airflow.logs()[-20000:]
+    state = airflow.wait(DAG_ID, run_id, timeout=300)
+    assert state == "success", (f"run {state}: {airflow.why(DAG_ID, run_id)}\n{airflow.task_events(DAG_ID, run_id)}\n"
+                                f"{airflow.logs()[-8000:]}")
 
     # the secret did reach the jobs (the grep below would otherwise prove nothing)
     ours = [j for j in _jobs(airflow.emulator) if j.get("displayName", "").startswith("e2e-variable")]

@@ -9,20 +9,16 @@ May import: vertex; never airflow.
 
 from airflow_gpu_sched.vertex.client.aio import AsyncVertexClient, aclose_shared_clients
 from airflow_gpu_sched.vertex.client.auth import ConnectionSettings, TokenSource
-from airflow_gpu_sched.vertex.client.core import (
-    CLOUD_QUOTAS_ROOT,
-    DEFAULT_API_ROOT,
-    ApiCall,
+from airflow_gpu_sched.vertex.client.calls import ApiCall, Safety
+from airflow_gpu_sched.vertex.client.core import VertexApi
+from airflow_gpu_sched.vertex.client.endpoints import CLOUD_QUOTAS_ROOT, DEFAULT_API_ROOT, is_loopback_http, quotas_root
+from airflow_gpu_sched.vertex.client.responses import (
     GiveUp,
     Retry,
     RetryPolicy,
-    Safety,
-    VertexApi,
     error_from_response,
     error_from_status,
-    is_loopback_http,
     next_step,
-    quotas_root,
 )
 from airflow_gpu_sched.vertex.client.errors import (
     AlreadyExistsError,

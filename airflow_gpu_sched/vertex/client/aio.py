@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import httpx
 
 from airflow_gpu_sched.vertex.client.auth import ConnectionSettings, token_source_for
-from airflow_gpu_sched.vertex.client.core import (
-    ApiCall,
-    ClientMethods,
+from airflow_gpu_sched.vertex.client.calls import ApiCall
+from airflow_gpu_sched.vertex.client.core import ClientMethods, VertexApi
+from airflow_gpu_sched.vertex.client.responses import (
     GiveUp,
     RetryPolicy,
     RetryState,
-    VertexApi,
     error_from_response,
     error_from_status,
     parse_success_body,

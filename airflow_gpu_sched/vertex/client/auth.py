@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_sched.vertex.client import sources
-from airflow_gpu_sched.vertex.client.core import check_token_transport, is_loopback_http
+from airflow_gpu_sched.vertex.client.endpoints import check_token_transport, is_loopback_http
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.vertex.client.core import service_root
+from airflow_gpu_sched.vertex.client.endpoints import service_root
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

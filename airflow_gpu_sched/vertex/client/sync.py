@@ -14,18 +14,17 @@ import requests
 from urllib3.exceptions import NewConnectionError
 
 from airflow_gpu_sched.vertex.client.auth import ConnectionSettings, token_source_for
-from airflow_gpu_sched.vertex.client.core import (
-    ApiCall,
-    ClientMethods,
+from airflow_gpu_sched.vertex.client.calls import ApiCall
+from airflow_gpu_sched.vertex.client.core import ClientMethods, VertexApi
+from airflow_gpu_sched.vertex.client.responses import (
     GiveUp,
     RetryPolicy,
     RetryState,
-    VertexApi,
     error_from_response,
     error_from_status,
     parse_success_body,
 )
-from airflow_gpu_sched.vertex.client.errors import ApiRequestInfo, VertexApiError, VertexTransportError
+from airflow_gpu_sched.vertex.client.errors import ApiRequestInfo, VertexApiError, VertexError, VertexTransportError
 from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
 from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
 
@@ -172,6 +171,18 @@ class VertexClient(ClientMethods):
             found += page.quota_infos
             if not (token := page.next_page_token):
                 return found
+
+    def list_skus(self, service: str, currency_code: str | None = None, max_pages: int = 100) -> list[Any]:
+        """Every Sku of a billing ``service`` (all pages, at most ``max_pages``: a catalog that
+        never ends is refused, not followed forever)."""
+        found: list[Any] = []
+        token = None
+        for _ in range(max_pages):
+            page = self.list_skus_page(service, None, token, currency_code)
+            found += page.skus
+            if not (token := page.next_page_token):
+                return found
+        raise VertexError(f"skus.list of {service} did not end within {max_pages} pages")
 
     def wait_operation(self, name: str | Operation, timeout: float = 600, poll: float = 1.0) -> Operation:
         """Poll until done. Raises the operation's error as a :class:`VertexApiError`

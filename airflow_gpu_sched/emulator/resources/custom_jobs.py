@@ -1,0 +1,154 @@
+"""Custom jobs: the API (create, get, list, cancel, delete) and making a job's record, for a
+create or for a tuning job's trial or a pipeline's backing job. Their life cycle: ``runs.py``.
+
+The job's ``EMULATOR_RUN_SECONDS`` and ``EMULATOR_EXIT_CODE`` env (first worker pool) say how
+long it runs and how it exits (a scenario's ``runSeconds`` and 0 without them).
+
+May import: vertex, emulator; never airflow.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
+from airflow_gpu_sched.emulator.capacity import tier_of
+from airflow_gpu_sched.emulator.defaults import fill_server_defaults
+from airflow_gpu_sched.emulator.quotas import metric_demand
+from airflow_gpu_sched.emulator.resources.holds import Holds
+from airflow_gpu_sched.emulator.resources.job_record import JobRecord, affinity_reservation
+from airflow_gpu_sched.emulator.resources.listing import list_page
+from airflow_gpu_sched.emulator.resources.operations import Operations
+from airflow_gpu_sched.emulator.resources.persistent_resources import PersistentResources
+from airflow_gpu_sched.emulator.resources.runs import JobRuns
+from airflow_gpu_sched.emulator.resources.store import (
+    ADMISSION_START,
+    Store,
+    cancel_wanted,
+    find,
+    history_view,
+    parse_valid,
+    refuse_unless_ended,
+)
+from airflow_gpu_sched.vertex.models import CustomJob, JobState
+from airflow_gpu_sched.vertex.rules import Violation, check_custom_job
+
+S = JobState
+RUN_SECONDS_ENV, EXIT_CODE_ENV = "EMULATOR_RUN_SECONDS", "EMULATOR_EXIT_CODE"
+
+
+class CustomJobs:
+    def __init__(self, store: Store, runs: JobRuns, holds: Holds, persistent: PersistentResources,
+                 operations: Operations):
+        self.store = store
+        self.runs = runs
+        self.holds = holds
+        self.persistent = persistent
+        self.operations = operations
+
+    def create(self, project: str, location: str, body: dict) -> dict:
+        job = parse_valid(CustomJob, body, check_custom_job)
+        job = job.model_copy(update={"job_spec": fill_server_defaults(job.job_spec)})  # recorded: diskSpec
+        record = self.new_job(project, location, job, self.store.clock.now(), admitted=False)
+        answer = record.wire()  # the create answer has no startTime yet (recorded)
+        if answer.get("state") == S.JOB_STATE_QUEUED.value:
+            # recorded: the create answers PENDING; the next read shows the job QUEUED
+            answer = {**answer, "state": S.JOB_STATE_PENDING.value}
+        self._set_admission_start(record)
+        return answer
+
+    def _set_admission_start(self, record: JobRecord) -> None:
+        """Variant ``startTime: admission``: every read after the create shows startTime =
+        createTime + ~0.14 s, whatever the state (as recorded on real Vertex)."""
+        if self.store.scenario.variants.start_time == "admission" and record.job.start_time is None:
+            record.job.start_time = record.job.create_time + ADMISSION_START  # type: ignore[operator]
+            record.changed()
+
+    def new_job(self, project: str, location: str, job: CustomJob, now: datetime, owner: str | None = None,
+                check_quota: bool = True, admitted: bool = True) -> JobRecord:
+        """Make a (valid) custom job at emulated time ``now``: for a create, or for a tuning job's
+        trial or a pipeline's backing job (``owner``: their name; quota checked at their create)."""
+        scenario = self.store.scenario
+        spec = job.job_spec
+        strategy = spec.strategy
+        tier, demand = tier_of(strategy), {a.value: n for a, n in spec.accelerator_demand().items()}
+        quota = metric_demand(demand, tier != "standard")
+        if spec.persistent_resource_id:  # its VMs were counted when the resource was made
+            tier, demand, quota = "persistent", self.persistent.demand(project, location, job), {}
+        elif check_quota:
+            self.holds.check_quota(location, tier, demand)
+        reservation = affinity_reservation(spec)
+        if reservation and reservation != "ANY":
+            problems = self.holds.reservations.mismatch(reservation, spec)
+            zone = reservation.split("/")[3]
+            if zone.rsplit("-", 1)[0] != location:
+                problems.append(f"reservation {reservation} is in zone {zone}, not in the job's region {location}")
+            if problems:  # assumed: Vertex refuses at create a job no VM of the reservation can take
+                raise ApiError("FAILED_PRECONDITION", f"jobSpec.workerPoolSpecs.machineSpec.reservationAffinity: "
+                                                      f"{'; '.join(problems)}.")
+        env = spec.worker_pool_specs[0].env
+        try:
+            run_seconds = float(env.get(RUN_SECONDS_ENV, scenario.run_seconds))
+            exit_code = int(env.get(EXIT_CODE_ENV, 0))
+        except ValueError:
+            raise violations_error([Violation("jobSpec.workerPoolSpecs[0].containerSpec.env",
+                                              f"{RUN_SECONDS_ENV} must be a number and {EXIT_CODE_ENV} an integer")])
+        job_id = str(self.store.new_id())
+        job = job.model_copy(update={
+            "name": f"projects/{project}/locations/{location}/customJobs/{job_id}",
+            "state": S.JOB_STATE_QUEUED, "create_time": now, "update_time": now,
+            "start_time": None, "end_time": None, "error": None,
+        })
+        record = JobRecord(job=job, project=project, location=location, seq=self.store.next_seq(), tier=tier,
+                           demand=demand, run_seconds=run_seconds, exit_code=exit_code,
+                           eligible_at=now + timedelta(seconds=scenario.queue_seconds), owner=owner,
+                           quota=quota, reservation=reservation)
+        job.state = self.runs.waiting_state(record)
+        record.history = [(job.state.value, now)]
+        created = self.store.stats["jobsCreated"]
+        created[record.strategy_name] = created.get(record.strategy_name, 0) + 1
+        self.runs.add(record, now)
+        if admitted:  # a trial's or pipeline's job: no create answer to show first
+            self._set_admission_start(record)
+        return record
+
+    def record(self, name: str) -> JobRecord:
+        return find(self.store.jobs, name, "The CustomJob does not exist.")  # recorded: no name in it
+
+    def get(self, name: str) -> dict:
+        return self.record(name).wire()
+
+    def list(self, project: str, location: str, filter_text: str = "", page_size: int | None = None,
+             page_token: str = "", read_mask: str = "") -> dict:
+        return list_page(self.store.jobs.values(), "customJobs", project, location,
+                         self.store.scenario.variants.list_pages, filter_text, page_size, page_token,
+                         read_mask=read_mask)
+
+    def cancel(self, name: str) -> dict:
+        record = self.record(name)
+        if cancel_wanted("CustomJob", name, record.state, S.JOB_STATE_CANCELLING,
+                         self.store.scenario.variants.cancel_ended):
+            self.runs.cancel(record, self.store.clock.now())
+        return {}
+
+    def delete(self, name: str) -> dict:
+        record = self.record(name)
+        refuse_unless_ended("CustomJob", name, record.state)
+        self.runs.forget(name)
+        return self.operations.deleted(record.project, record.location)
+
+    def preempt(self, name: str) -> dict:
+        """Control API: Spot VMs of a PENDING or RUNNING SPOT job reclaimed now."""
+        record = self.record(name)
+        if record.tier != "spot":
+            raise ApiError("FAILED_PRECONDITION", f"{name} is not a SPOT job; only Spot VMs are preempted.")
+        if record.state not in (S.JOB_STATE_PENDING, S.JOB_STATE_RUNNING):
+            raise ApiError("FAILED_PRECONDITION",
+                           f"{name} is {record.state.value}; only a PENDING or RUNNING job can be preempted.")
+        self.runs.preempt(record, self.store.clock.now())
+        return record.wire()
+
+    def history(self, name: str) -> dict:
+        record = self.record(name)
+        return {"name": name, "restarts": record.restarts, "progressSeconds": record.progress,
+                "history": history_view(record.history)}

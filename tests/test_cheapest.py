@@ -1,0 +1,81 @@
+"""region_order="cheapest"'s pure decision (orchestration/cheapest.py), with property tests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_sched.orchestration import observed
+from airflow_gpu_sched.orchestration.cheapest import cheapest_order, history_stats
+
+REGIONS = ["us-central1", "us-east4", "europe-west4", "asia-southeast1", "us-west1"]
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+regions_st = st.lists(st.sampled_from(REGIONS), min_size=1, max_size=5, unique=True).map(tuple)
+price_st = st.one_of(st.none(), st.floats(min_value=0, max_value=20, allow_nan=False))
+stat_st = st.tuples(st.floats(min_value=0, max_value=50_000, allow_nan=False),
+                    st.floats(min_value=0, max_value=5, allow_nan=False))
+
+
+@st.composite
+def cases(draw):
+    regions = draw(regions_st)
+    prices = {r: draw(price_st) for r in regions}
+    stats = {r: draw(stat_st) for r in regions if draw(st.booleans())}
+    run = draw(st.floats(min_value=60, max_value=30_000, allow_nan=False))
+    left = draw(st.one_of(st.none(), st.floats(min_value=0, max_value=80_000, allow_nan=False)))
+    return regions, prices, stats, run, left
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_the_order_is_a_permutation_and_never_puts_a_late_region_first_when_one_can_finish(case):
+    regions, prices, stats, run, left = case
+    order, inputs = cheapest_order(regions, prices, stats, run, left)
+    assert sorted(order) == sorted(regions) and [c.region for c in inputs] == list(order)
+    feasible = [c.feasible for c in inputs]
+    if any(feasible):
+        assert inputs[0].feasible
+    assert feasible == sorted(feasible, reverse=True)  # every region that can finish before any that cannot
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_feasible_regions_with_a_price_come_cheapest_first(case):
+    regions, prices, stats, run, left = case
+    _, inputs = cheapest_order(regions, prices, stats, run, left)
+    known = [c.expected_cost for c in inputs if c.feasible and c.expected_cost is not None]
+    assert known == sorted(known)
+    positions = [i for i, c in enumerate(inputs) if c.feasible]
+    unknown = [i for i in positions if inputs[i].expected_cost is None]
+    assert all(u > k for u in unknown for k in positions if inputs[k].expected_cost is not None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(regions_st, st.floats(min_value=60, max_value=30_000, allow_nan=False),
+       st.one_of(st.none(), st.floats(min_value=0, max_value=80_000, allow_nan=False)))
+def test_with_no_prices_and_no_history_it_is_the_users_order(regions, run, left):
+    order, _ = cheapest_order(regions, {}, {}, run, left)
+    assert order == regions
+
+
+def test_history_gives_waits_with_stockouts_penalised_and_preemptions_per_run():
+    history = [
+        {"region": "us-east4", "accelerator": "NVIDIA_L4", "at": NOW.isoformat(), "to_running": 100.0,
+         "waited": 100.0, "stockout": False, "preemptions": 2},
+        {"region": "us-east4", "accelerator": "NVIDIA_L4", "at": NOW.isoformat(), "to_running": None,
+         "waited": 300.0, "stockout": True, "preemptions": 0},
+        {"region": "us-central1", "accelerator": "NVIDIA_H100_80GB", "at": NOW.isoformat(), "to_running": 5.0,
+         "waited": 5.0, "stockout": False, "preemptions": 0},
+    ]
+    stats = history_stats(("us-central1", "us-east4"), "NVIDIA_L4", history, NOW)
+    assert stats == {"us-east4": ((100.0 + 300.0 + observed.STOCKOUT_PENALTY) / 2, 1.0)}
+    # us-east4 is cheaper per hour but its preemptions and its wait (past the time left) put it last
+    order, inputs = cheapest_order(("us-east4", "us-central1"), {"us-east4": 1.0, "us-central1": 1.8}, stats,
+                                   run_seconds=3600, time_left=3 * 3600)  # 7400 s wait + 3600 s run > 3 h
+    assert order == ("us-central1", "us-east4") and not inputs[1].feasible
+    order, _ = cheapest_order(("us-central1", "us-east4"), {"us-east4": 1.0, "us-central1": 1.8}, stats,
+                              run_seconds=3600, time_left=None)
+    assert order == ("us-east4", "us-central1")  # no deadline: 1.0 x 1.5 (a preemption per run) < 1.8
