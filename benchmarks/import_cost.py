@@ -46,8 +46,9 @@ def sample(extra: str, root: Path | None = None) -> tuple[float, float]:
     env = dict(os.environ)
     if root is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    # in ``root`` too: ``python -c`` puts the working directory first on the path
     out = subprocess.run([sys.executable, "-c", PROBE.format(extra=extra)], capture_output=True, text=True,
-                         check=True, env=env).stdout.split()
+                         check=True, env=env, cwd=root).stdout.split()
     return float(out[-2]), float(out[-1])
 
 
