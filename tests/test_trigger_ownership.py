@@ -115,3 +115,17 @@ async def test_run_inline_asks_nothing(fast_emulator, supervisor):
     await claim(trigger)
     await trigger.on_kill()
     assert supervisor.seen == [] and fast_emulator.stats()["cancels"] == 1
+
+
+@pytest.mark.parametrize("state, cancels", [("deferred", 0), ("failed", 2), (None, 2)])
+async def test_a_race_handed_over_leaves_its_members_and_a_user_kill_cancels_every_one(fast_emulator, supervisor,
+                                                                                      state, cancels):
+    """The race trigger has the same exposure as the job trigger (apache/airflow#73454)."""
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    names = [_create(fast_emulator, _job(run_seconds=10_000)), _create(fast_emulator, _job(run_seconds=10_000))]
+    trigger = _in_triggerer(RaceTrigger(names, poll_interval=0.05))
+    await claim(trigger)
+    supervisor.state = state
+    await trigger.on_kill()
+    assert fast_emulator.stats()["cancels"] == cancels

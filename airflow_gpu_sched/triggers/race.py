@@ -38,7 +38,7 @@ from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
 from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
-from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, ON_KILL_TIMEOUT, CustomJobTrigger, cancel_quietly
+from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, CustomJobTrigger, cancel_quietly
 
 RACE_WON, RACE_ENDED = "race_won", "race_ended"
 
@@ -80,7 +80,10 @@ class RaceTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_sched.triggers.settle import settle, started_at
 
+        from airflow_gpu_sched.triggers.ownership import claim
+
         started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
+        await claim(self)  # on_kill tells a hand-over to another triggerer from a user's kill by it
         queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         streams = [member._news() for member in self._members]
         tasks = [asyncio.ensure_future(self._pump(slot, stream, queue)) for slot, stream in enumerate(streams)]
@@ -237,11 +240,16 @@ class RaceTrigger(BaseTrigger):
         return {"status": status, "winner": None if winner is None else self.indices[winner], "members": members}
 
     async def on_kill(self) -> None:
-        """A user marked the task failed/success or cleared it: cancel every member."""
-        from airflow_gpu_sched.triggers.job import async_client
+        """A user marked the task failed/success or cleared it: cancel every member, at once (each
+        cancel retried within the one on_kill budget). A hand-over to another triggerer
+        (apache/airflow#73454) cancels nothing: the copy that now watches the race goes on."""
+        from airflow_gpu_sched.triggers.job import cancel_on_kill
+        from airflow_gpu_sched.triggers.ownership import handed_over
 
+        if await handed_over(self):
+            self.log.warning("this trigger was handed to another triggerer (apache/airflow#73454), not killed "
+                             "by a user: leaving the race's members to the copy that watches them now")
+            return
         self.log.info("task killed by a user: cancelling every race member: %s", ", ".join(self.job_names))
-        for name in self.job_names:
-            client = await async_client(name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
-                                        self.impersonation_chain)
-            await asyncio.wait_for(cancel_quietly(client, name), ON_KILL_TIMEOUT)
+        await asyncio.gather(*(cancel_on_kill(self.log, name, self.gcp_conn_id, self.impersonation_chain)
+                               for name in self.job_names))
