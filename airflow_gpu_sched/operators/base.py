@@ -160,7 +160,8 @@ class VertexTrainingOperator(BaseOperator):
     template_fields = ("project_id", "location", "display_name", "worker_pool_specs", "image_uri", "command",
                        "args", "env", "machine_type", "accelerator_type", "accelerator_count", "replica_count",
                        "base_output_dir", "labels", "service_account", "study_spec", "model_display_name",
-                       "parent_model", "gcp_conn_id", "impersonation_chain", "plan_spec", "job_spec")
+                       "parent_model", "gcp_conn_id", "impersonation_chain", "plan_spec", "job_spec",
+                       "timeout", "deadline", "expected_run_time", "poll_interval", "prices")
     # job_spec="train.yaml": Airflow renders a file of these endings (DAG folder /
     # template_searchpath) into its text, parsed as JSON or YAML once rendered
     template_ext = (".json", ".yaml", ".yml")
@@ -241,7 +242,6 @@ class VertexTrainingOperator(BaseOperator):
         self.replica_count = replica_count
         self.base_output_dir = base_output_dir
         self.labels = labels
-        self.timeout = _duration_arg("timeout", timeout)
         self.service_account = service_account
         try:
             self.job_kind = get_job_type(job_type)
@@ -259,15 +259,11 @@ class VertexTrainingOperator(BaseOperator):
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
         self.deferrable = deferrable
-        self.poll_interval = float(poll_interval)
         self.transient_error_window = float(transient_error_window)
         self.regions_first = regions_first
-        if deadline is not None and not isinstance(deadline, (datetime, timedelta)):
-            raise InvalidTrainingSpec([Violation("deadline", "must be a datetime or a timedelta after the "
-                                                             f"data interval's end (got {deadline!r})")])
-        self.deadline = deadline
-        self.expected_run_time = _duration_arg("expected_run_time", expected_run_time)
-        self.prices = prices
+        # literal: parsed now; a template: its text until rendered (orchestration/templated_args.py)
+        self._set_scalars(dict(timeout=timeout, deadline=deadline, expected_run_time=expected_run_time,
+                               poll_interval=poll_interval, prices=prices), keep_templates=True)
         self.budget = budget  # orchestration/budget.py: checked with the other arguments below
         self.run_budget = run_budget  # a RunBudget shared by the DAG run's tasks (orchestration/run_budget.py)
         self.on_capacity_acquired = on_capacity_acquired
@@ -283,6 +279,16 @@ class VertexTrainingOperator(BaseOperator):
         self._ledger: SubmissionLedger | None = None  # the running loop's
         self._race_jobs: list[str] = []  # a race's members on_kill cancels (sync mode)
         self._check_at_parse_time()
+
+    def _set_scalars(self, values: dict[str, Any], keep_templates: bool) -> None:
+        from airflow_gpu_sched.orchestration import templated_args
+
+        try:
+            parsed = templated_args.parse(values, keep_templates)
+        except InvalidTrainingSpec as exc:
+            raise InvalidTrainingSpec(exc.violations, f"{type(self).__name__} {self.task_id!r}") from None
+        for name, value in parsed.items():
+            setattr(self, name, value)
 
     def _parse_plan(self, ignore_templates: bool) -> list[Step]:
         from airflow_gpu_sched.orchestration.plans import PlanError, parse_plan
@@ -305,6 +311,9 @@ class VertexTrainingOperator(BaseOperator):
         finally:
             del self.template_ext  # back to the class's
         self.plan = self._parse_plan(ignore_templates=False)
+        from airflow_gpu_sched.orchestration.templated_args import TEMPLATED_SCALARS
+
+        self._set_scalars({name: getattr(self, name) for name in TEMPLATED_SCALARS}, keep_templates=False)
 
     def _render_structured(self, context: Any, jinja_env: Any) -> None:
         """job_spec and worker_pool_specs: parsed first, then each string value rendered, so a
@@ -438,7 +447,17 @@ class VertexTrainingOperator(BaseOperator):
             if found:
                 raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
             return
-        found = self._violations(ignore_templates=True)
+        from airflow_gpu_sched.orchestration import templated_args
+
+        names = templated_args.templated({n: getattr(self, n) for n in templated_args.TEMPLATED_SCALARS})
+        kept = {name: getattr(self, name) for name in names}
+        try:  # a templated scalar is checked once rendered; the rest of the job now
+            for name in names:
+                setattr(self, name, templated_args.STAND_INS[name])
+            found = self._violations(ignore_templates=True)
+        finally:
+            for name, value in kept.items():
+                setattr(self, name, value)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
 
@@ -785,14 +804,9 @@ def _count_limit(name: str, value: Any, allow_none: bool = False) -> int | None:
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:
-    from airflow_gpu_sched.vertex.models import parse_duration
-    from airflow_gpu_sched.vertex.rules import Violation
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise InvalidTrainingSpec([Violation(name, str(exc))]) from None
+    from airflow_gpu_sched.orchestration.templated_args import duration
+
+    return duration(name, value)
 
 
 class GpuTrainingOperator(VertexTrainingOperator):

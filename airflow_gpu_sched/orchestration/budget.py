@@ -134,8 +134,8 @@ def plan_check_cells(task: Any, step: Step, regions: list[str]) -> list[str]:
     limit = getattr(task, "budget", None)
     budget = Budget(remaining=None if limit is None else float(limit), prices=prices,
                     demand=tuple((getattr(a, "value", str(a)), n) for a, n in demand.items()),
-                    expected_run_time=task.expected_run_time)
-    cells = []
+                    expected_run_time=task.expected_run_time if isinstance(task.expected_run_time, timedelta) else None)
+    cells = []  # a templated expected_run_time (text until rendered): cost "?"
     for row in rows(budget, [(step, region) for region in regions]):
         cost = "?" if row["expected_cost"] is None else f"{row['expected_cost']:g} {row['currency']}".strip()
         cells.append(f"{row['location']}: {cost}, " + ("fits" if row["allowed"] else f"over: {row['why']}"))
