@@ -90,3 +90,70 @@ def test_a_dag_with_templated_scalars_still_checks_the_rest_of_the_job_when_pars
     with pytest.raises(InvalidTrainingSpec, match="acceleratorCount"):
         GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan=[{"strategy": "STANDARD"}],
                             **{**A100, "accelerator_count": 3}, **TEMPLATED)
+
+
+# ------------------------------------------------------------------------------ the plan as text
+
+def _plan_dag(dag_id: str, plan, params: dict, searchpath: str | None = None):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    with DAG(dag_id, schedule=None, start_date=START, params=params,
+             template_searchpath=[searchpath] if searchpath else None) as dag:
+        GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, deferrable=False,
+                            quota_preflight=False, poll_interval=0.02, plan=plan,
+                            env={"EMULATOR_RUN_SECONDS": "60"}, **A100)
+    return dag
+
+
+def _strategies(emulator) -> dict:
+    return emulator.stats()["jobsCreated"]
+
+
+def test_a_plan_from_a_template_of_the_whole_plan_runs_its_steps(airflow_db, fast_emulator):
+    plan = [{"strategy": "SPOT"}]
+    result = run_dag(_plan_dag("plan_from_params", "{{ params.plan | tojson }}", {"plan": plan}),
+                     logical_date=START)
+    assert result.state == "success", result["train"].state
+    assert _strategies(fast_emulator) == {"SPOT": 1}
+
+
+def test_a_plan_file_is_parsed_first_then_its_values_rendered(airflow_db, fast_emulator, tmp_path):
+    (tmp_path / "gpu_plan.yaml").write_text(
+        "- strategy: FLEX_START\n  max_wait_duration: '{{ params.wait }}'\n")
+    result = run_dag(_plan_dag("plan_from_file", "gpu_plan.yaml", {"wait": "2h"}, str(tmp_path)), logical_date=START)
+    assert result.state == "success", result["train"].state
+    job = requests.get(f"{fast_emulator.url}/v1/{result['train'].return_value['job_name']}", timeout=5).json()
+    assert job["jobSpec"]["scheduling"] == {"strategy": "FLEX_START", "maxWaitDuration": "7200s"}
+
+
+def test_a_rendered_value_in_a_plan_file_cannot_add_steps(airflow_db, fast_emulator, tmp_path):
+    """The file is parsed before rendering: a value that renders to YAML stays one string value."""
+    (tmp_path / "gpu_plan.yaml").write_text("- strategy: '{{ params.strategy }}'\n")
+    sneaky = "SPOT\n- strategy: STANDARD"
+    result = run_dag(_plan_dag("plan_file_sneaky", "gpu_plan.yaml", {"strategy": sneaky}, str(tmp_path)),
+                     logical_date=START)
+    assert result.state == "failed" and _strategies(fast_emulator) == {}
+
+
+def test_a_bad_rendered_plan_fails_naming_the_step_before_any_job(airflow_db, fast_emulator):
+    result = run_dag(_plan_dag("plan_bad", "{{ params.plan | tojson }}", {"plan": [{"strategy": "CHEAP"}]}),
+                     logical_date=START)
+    assert result.state == "failed" and result["train"].try_number == 1
+    assert _strategies(fast_emulator) == {}
+
+
+def test_literal_plan_text_is_checked_when_the_dag_is_parsed():
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    op = GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan='[{"strategy": "SPOT"}]', **A100)
+    assert [s.strategy for s in op.plan] == ["SPOT"]
+    with pytest.raises(InvalidTrainingSpec, match=r"plan\[0\]"):
+        GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan="- strategy: CHEAP\n", **A100)
+    with pytest.raises(InvalidTrainingSpec, match="fallback"):
+        GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan="{{ var.value.p }}",
+                            fallback=[{"strategy": "STANDARD"}], **A100)
+    templated = GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan="{{ var.value.p }}",
+                                    **A100)
+    assert templated.plan == [] and templated.plan_spec == "{{ var.value.p }}"  # checked once rendered

@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # the pydantic models, rules and job types load when a task r
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow.triggers.base import BaseTrigger
 
-STRUCTURED = ("job_spec", "worker_pool_specs")  # parsed, then rendered value by value (_render_structured)
+STRUCTURED = ("job_spec", "worker_pool_specs", "plan_spec")  # parsed, then rendered value by value (_render_structured)
 
 
 class VertexCustomJobLink(ConsoleLink):
@@ -273,7 +273,15 @@ class VertexTrainingOperator(BaseOperator):
         self.stream_logs = bool(stream_logs)
         self.log_lines_per_minute = _count_limit("log_lines_per_minute", log_lines_per_minute, allow_none=True)
         self.failure_log_lines = _count_limit("failure_log_lines", failure_log_lines)
-        self.plan_spec = [*(plan if plan is not None else self.own_steps()), *(fallback or [])]
+        if isinstance(plan, str):  # JSON/YAML text, a .json/.yaml file, or a template of the whole plan
+            from airflow_gpu_sched.orchestration.structured_render import plan_from_text
+
+            if fallback:
+                raise InvalidTrainingSpec([Violation("fallback", "not with a plan given as text: put every "
+                                                                 "step in the plan")])
+            self.plan_spec: Any = plan_from_text(plan)
+        else:
+            self.plan_spec = [*(plan if plan is not None else self.own_steps()), *(fallback or [])]
         self.plan = self._parse_plan(ignore_templates=True)
         self._job_name: str | None = None  # the job on_kill cancels (sync mode)
         self._ledger: SubmissionLedger | None = None  # the running loop's
@@ -292,6 +300,8 @@ class VertexTrainingOperator(BaseOperator):
 
     def _parse_plan(self, ignore_templates: bool) -> list[Step]:
         from airflow_gpu_sched.orchestration.plans import PlanError, parse_plan
+        if isinstance(self.plan_spec, str) and ignore_templates:
+            return []  # a file or a template of the whole plan: parsed once read or rendered
         try:
             return parse_plan(self.plan_spec, ignore_templates=ignore_templates)
         except PlanError as exc:
@@ -327,6 +337,7 @@ class VertexTrainingOperator(BaseOperator):
             return jinja_env.loader.get_source(jinja_env, path)[0]
 
         self.job_spec = structured_render.render_job_spec(self.job_spec, render, read_file)
+        self.plan_spec = structured_render.render_plan(self.plan_spec, render, read_file)
         self.worker_pool_specs = structured_render.render_worker_pool_specs(self.worker_pool_specs, render)
 
     def resolve_template_files(self) -> None:
@@ -337,6 +348,17 @@ class VertexTrainingOperator(BaseOperator):
                 self.job_spec = env.loader.get_source(env, self.job_spec)[0]
             except Exception:  # not found from here: rendering reads it (or names the error)
                 self.log.debug("job_spec file %s not resolved at parse time", self.job_spec)
+        if isinstance(self.plan_spec, str) and self.plan_spec.strip().endswith(tuple(self.template_ext)):
+            from airflow_gpu_sched.orchestration.structured_render import plan_from_text
+
+            env = self.get_template_env()
+            try:
+                text = env.loader.get_source(env, self.plan_spec.strip())[0]
+            except Exception:  # not found from here: rendering reads it (or names the error)
+                self.log.debug("plan file %s not resolved at parse time", self.plan_spec)
+            else:
+                self.plan_spec = plan_from_text(text)
+                self.plan = self._parse_plan(ignore_templates=True)
         self.prepare_template()
 
     def own_steps(self) -> list[Step]:
@@ -436,6 +458,8 @@ class VertexTrainingOperator(BaseOperator):
 
     def _check_at_parse_time(self) -> None:
         from airflow_gpu_sched.orchestration import job_spec
+        if isinstance(self.plan_spec, str):
+            return  # the plan is a file or a template: checked once read or rendered, before any call
         if isinstance(self.worker_pool_specs, str) and job_spec.has_template(self.worker_pool_specs):
             return  # all of it is a template: checked after rendering
         if isinstance(self.job_spec, str):
@@ -811,7 +835,9 @@ def _duration_arg(name: str, value: Any) -> timedelta | None:
 
 class GpuTrainingOperator(VertexTrainingOperator):
     """Train under an explicit capacity plan: ``plan=[step, ...]`` (typed steps or dicts, see
-    :mod:`airflow_gpu_sched.orchestration.plans`), tried in order on capacity outcomes."""
+    :mod:`airflow_gpu_sched.orchestration.plans`), tried in order on capacity outcomes; or the
+    plan as JSON/YAML text, a ``.json``/``.yaml`` file, or a template of the whole plan
+    (``"{{ var.value.gpu_plan }}"``), checked once read or rendered, before any call."""
 
-    def __init__(self, *, plan: list[Step | dict[str, Any]], **kwargs: Any) -> None:
+    def __init__(self, *, plan: list[Step | dict[str, Any]] | str, **kwargs: Any) -> None:
         super().__init__(plan=plan, **kwargs)

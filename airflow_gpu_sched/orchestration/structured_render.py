@@ -94,3 +94,41 @@ def _invalid(path: str, rule: str) -> Exception:
     from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 
     return InvalidTrainingSpec([Violation(path, rule)])
+
+
+def plan_from_text(value: str) -> Any:
+    """``plan=`` given as text, at DAG parse: JSON or YAML text is parsed now (a template inside
+    a step's value is rendered later, value by value); a whole expression
+    (``"{{ var.value.gpu_plan }}"``) or a ``.json``/``.yaml`` file name stays text until rendered
+    (a file is read then, or by ``resolve_template_files``)."""
+    if is_whole_expression(value) or _is_file_name(value):
+        return value
+    return _parse_plan_text(value)
+
+
+def render_plan(value: Any, render: Render, read_file: Callable[[str], str]) -> Any:
+    """The plan rendered: a file is read and parsed, then its values rendered; a whole expression
+    renders to the plan (a list, or its JSON/YAML text: parsed); steps rendered value by value."""
+    if isinstance(value, str) and is_whole_expression(value):
+        out = render(value)
+        return _parse_plan_text(out) if isinstance(out, str) else out
+    if isinstance(value, str) and _is_file_name(value):
+        value = _parse_plan_text(read_file(value.strip()))
+    elif isinstance(value, str):
+        value = _parse_plan_text(value)
+    return render_leaves(value, render, "plan")
+
+
+def _is_file_name(value: str) -> bool:
+    return "\n" not in value and value.strip().endswith(TEMPLATE_FILE_EXT) and not _JINJA.search(value)
+
+
+def _parse_plan_text(text: str) -> Any:
+    import yaml  # JSON is YAML too
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise _invalid("plan", f"is text that is neither JSON nor YAML ({' '.join(str(exc).split())}); a step's "
+                               "templated value goes inside a quoted string") from None
+

@@ -286,6 +286,9 @@ def plan_rows(task: Any) -> list[StepRow]:
     from airflow_gpu_sched.orchestration import job_spec
     from airflow_gpu_sched.orchestration.budget import plan_check_cells
 
+    if isinstance(getattr(task, "plan_spec", None), str):  # a file or a template of the whole plan
+        return [StepRow(task.dag_id, task.task_id, 0, f"plan {task.plan_spec.strip()!r}: checked once rendered",
+                        [], [], [])]
     order = task.positions()
     rows = []
     for index, planned in enumerate(task.plan):
