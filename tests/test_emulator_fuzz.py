@@ -49,6 +49,7 @@ TOKEN_SERVICES = [("POST", "/v1/projects/-/serviceAccounts/{id}:generateAccessTo
                   ("GET", "/v1/projects/{project}/secrets/{id}/versions/{id}:access", "google"),
                   ("POST", "/v1/token", "oauth"), ("POST", "/token", "oauth")]
 LOGGING = [("POST", "/v2/entries:list", "google")]
+BILLING = [("GET", "/v1/services/{id}/skus", "google")]  # cloudbilling v1 services.skus.list (emulator/billing_api.py)
 COMPUTE = [("POST", "/compute/v1/projects/{project}/zones/{zone}/reservations", "compute"),
            ("GET", "/compute/v1/projects/{project}/zones/{zone}/reservations", "compute"),
            ("GET", "/compute/v1/projects/{project}/zones/{zone}/reservations/{id}", "compute"),
@@ -59,7 +60,7 @@ CONTROL = [(m, f"/emulator/v1/{p}", "google") for m, p in [
     ("POST", "faults"), ("POST", "auth"), ("GET", "auth"), ("POST", "traffic:start"), ("POST", "traffic:stop"),
     ("GET", "traffic"), ("GET", "stats"), ("GET", "clock"), ("POST", "clock:advance"), ("GET", "timeline.svg"),
     ("POST", "{job}:preempt"), ("POST", "{job}:setState"), ("GET", "{job}:history")]]
-ALL_ROUTES = VERTEX + TOKEN_SERVICES + LOGGING + COMPUTE + UI + CONTROL
+ALL_ROUTES = VERTEX + TOKEN_SERVICES + LOGGING + BILLING + COMPUTE + UI + CONTROL
 
 
 def test_the_fuzz_covers_every_route_of_the_app():
@@ -322,7 +323,7 @@ def _fuzz(url: str, routes: list, jobs: list[str], examples: int, reset_after: b
 # Each example is sent to every route of its group; make test: EXAMPLES x (27 + 18 + 9) routes
 # = 10,000+ requests. "control" sends the routes that set faults and tokens: each example ends
 # with a reset there (a fault's latency would slow every later request).
-GROUPS = {"vertex": VERTEX + UI, "control": CONTROL, "services": TOKEN_SERVICES + LOGGING + COMPUTE}
+GROUPS = {"vertex": VERTEX + UI, "control": CONTROL, "services": TOKEN_SERVICES + LOGGING + BILLING + COMPUTE}
 
 
 @pytest.mark.parametrize("group", list(GROUPS))

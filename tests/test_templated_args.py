@@ -157,3 +157,18 @@ def test_literal_plan_text_is_checked_when_the_dag_is_parsed():
     templated = GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan="{{ var.value.p }}",
                                     **A100)
     assert templated.plan == [] and templated.plan_spec == "{{ var.value.p }}"  # checked once rendered
+
+
+def test_a_preset_operators_own_durations_are_templated_into_its_step(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+    with DAG("preset_templated_wait", schedule=None, start_date=START, params={"wait": "3h"}) as dag:
+        FlexStartTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, deferrable=False,
+                                  quota_preflight=False, poll_interval=0.02, max_wait_duration="{{ params.wait }}",
+                                  env={"EMULATOR_RUN_SECONDS": "60"}, **A100)
+    result = run_dag(dag, logical_date=START)
+    assert result.state == "success", result["train"].state
+    job = requests.get(f"{fast_emulator.url}/v1/{result['train'].return_value['job_name']}", timeout=5).json()
+    assert job["jobSpec"]["scheduling"] == {"strategy": "FLEX_START", "maxWaitDuration": "10800s"}

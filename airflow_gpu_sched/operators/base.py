@@ -833,6 +833,14 @@ def _duration_arg(name: str, value: Any) -> timedelta | None:
     return duration(name, value)
 
 
+def _step_duration_arg(name: str, value: Any) -> timedelta | str | None:
+    """A preset operator's duration for its own step: parsed now, or a template's text that the
+    step's value renders (``plan_spec``) and the plan's parse checks, naming ``plan[0].<name>``."""
+    from airflow_gpu_sched.orchestration.templated_args import has_template
+
+    return value if has_template(value) else _duration_arg(name, value)
+
+
 class GpuTrainingOperator(VertexTrainingOperator):
     """Train under an explicit capacity plan: ``plan=[step, ...]`` (typed steps or dicts, see
     :mod:`airflow_gpu_sched.orchestration.plans`), tried in order on capacity outcomes; or the

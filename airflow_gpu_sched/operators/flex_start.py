@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
+from airflow_gpu_sched.operators.base import VertexTrainingOperator, _step_duration_arg
 from airflow_gpu_sched.vertex.defaults import MAX_WAIT_DURATION
 
 if TYPE_CHECKING:
@@ -32,11 +32,17 @@ class FlexStartTrainingOperator(VertexTrainingOperator):
 
     def __init__(self, *, max_wait_duration: timedelta | float | str | None = MAX_WAIT_DURATION,
                  capacity_wait_timeout: timedelta | float | str | None = None, **kwargs: Any) -> None:
-        self.max_wait_duration = _duration_arg("max_wait_duration", max_wait_duration)
-        self.capacity_wait_timeout = _duration_arg("capacity_wait_timeout", capacity_wait_timeout)
+        self.max_wait_duration = _step_duration_arg("max_wait_duration", max_wait_duration)
+        self.capacity_wait_timeout = _step_duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
-    def own_steps(self) -> list[Step]:
+    def own_steps(self) -> list[Step | dict]:
         from airflow_gpu_sched.orchestration.plans import FlexStartStep
+        from airflow_gpu_sched.orchestration.templated_args import has_template
+
+        if has_template(self.max_wait_duration) or has_template(self.capacity_wait_timeout):
+            # a step's values are rendered then parsed with the plan (plan_spec)
+            return [{"strategy": "FLEX_START", "max_wait_duration": self.max_wait_duration,
+                     "capacity_wait_timeout": self.capacity_wait_timeout}]
         return [FlexStartStep(max_wait_duration=self.max_wait_duration,
                               capacity_wait_timeout=self.capacity_wait_timeout)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
+from airflow_gpu_sched.operators.base import VertexTrainingOperator, _step_duration_arg
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.orchestration.plans import Step
@@ -34,7 +34,7 @@ class PersistentResourceTrainingOperator(VertexTrainingOperator):
                  capacity_wait_timeout: timedelta | float | str | None = timedelta(hours=1),
                  **kwargs: Any) -> None:
         self.persistent_resource_id = persistent_resource_id
-        self.capacity_wait_timeout = _duration_arg("capacity_wait_timeout", capacity_wait_timeout)
+        self.capacity_wait_timeout = _step_duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
     def own_steps(self) -> list[Step | dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators.base import VertexTrainingOperator, _duration_arg
+from airflow_gpu_sched.operators.base import VertexTrainingOperator, _step_duration_arg
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.orchestration.plans import Step
@@ -33,7 +33,7 @@ class SpotTrainingOperator(VertexTrainingOperator):
     def __init__(self, *, max_preemption_retries: int = 3,
                  capacity_wait_timeout: timedelta | float | str | None = None, **kwargs: Any) -> None:
         self.max_preemption_retries = max_preemption_retries
-        self.capacity_wait_timeout = _duration_arg("capacity_wait_timeout", capacity_wait_timeout)
+        self.capacity_wait_timeout = _step_duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
     def own_steps(self) -> list[Step | dict]:
