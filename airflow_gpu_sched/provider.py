@@ -19,7 +19,8 @@ from importlib.metadata import PackageNotFoundError, distribution
 
 from airflow_gpu_sched import __version__
 from airflow_gpu_sched.hooks.connection_form import GOOGLE_PROVIDER, connection_types
-from airflow_gpu_sched.orchestration import console, failure_patterns
+from airflow_gpu_sched.orchestration import failure_patterns
+from airflow_gpu_sched.vertex import console
 
 INTEGRATION = "Vertex AI GPU training"
 PREVIOUS_VERSIONS = ["0.1.0"]  # released before this one, newest first (CHANGELOG.md)

@@ -40,7 +40,7 @@ RULES = {
 # import the one module it re-exports)
 TOP_LEVEL = {f"{PACKAGE}": set(),
              f"{PACKAGE}.provider": {f"{PACKAGE}.hooks.connection_form", f"{PACKAGE}.orchestration.failure_patterns",
-                                     f"{PACKAGE}.orchestration.console"},
+                                     f"{PACKAGE}.vertex.console"},
              f"{PACKAGE}.client": {f"{PACKAGE}.vertex.client"},
              f"{PACKAGE}.plans": {f"{PACKAGE}.orchestration.plans"},
              f"{PACKAGE}.errors": {f"{PACKAGE}.orchestration.errors"}}

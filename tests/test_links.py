@@ -128,7 +128,7 @@ def test_a_link_on_the_console_host_is_kept(airflow_db):
 def test_links_follow_the_configured_console_domain(airflow, monkeypatch):
     from airflow.sdk import DAG
 
-    from airflow_gpu_sched.orchestration.console import ConsoleDomainError, check_domain
+    from airflow_gpu_sched.vertex.console import ConsoleDomainError, check_domain
 
     monkeypatch.setenv("AIRFLOW__GPU_SCHED__CONSOLE_DOMAIN", "console.cloud.example-universe.goog")
     with DAG("links_universe", schedule=None, start_date=START) as dag:

@@ -7,12 +7,12 @@ one XCom, ``console_links`` ({link key: URL}); the model's comes from the task's
 and is empty ("" : Airflow shows it disabled) when the task's job is of another type. The URL
 shapes follow the Google provider's Vertex AI links (``/vertex-ai/locations/{region}/...``).
 
-Every link is on the console's host (``orchestration/console.py``: ``https://console.cloud.google.com``
+Every link is on the console's host (``vertex/console.py``: ``https://console.cloud.google.com``
 or ``[gpu_sched] console_domain``), built and checked there: an XCom entry that is not an
 ``https://`` URL on that host (``javascript:...``, another site, a bad resource name) gives no
 link, never the text as is.
 
-May import: orchestration; airflow.
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
-from airflow_gpu_sched.orchestration.console import console_root, is_console_url
+from airflow_gpu_sched.vertex.console import console_root, is_console_url
 
 LINKS_KEY = "console_links"
 MODEL_NAME = re.compile(r"projects/(?P<project>[a-z0-9][a-z0-9-]{0,62})/locations/(?P<location>[a-z0-9-]{1,63})/"

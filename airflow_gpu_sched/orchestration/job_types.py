@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu_sched.orchestration.console import console_root
+from airflow_gpu_sched.vertex.console import console_root
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
 from airflow_gpu_sched.vertex import resource_names

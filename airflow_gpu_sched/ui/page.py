@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from html import escape
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from airflow_gpu_sched.ui.source import RunRecord, TaskRecord
+from airflow_gpu_sched.vertex.console import DEFAULT_DOMAIN, is_console_url
 from airflow_gpu_sched.vertex.timeline import Night, Task, svg, task_from_result
 
 CSS = """
@@ -25,8 +26,7 @@ th{background:#f6f7f9} td.n{text-align:right;white-space:nowrap;font-variant-num
 #failures{margin-bottom:18px} #failures td{vertical-align:top} #failures td.what{max-width:760px;overflow-wrap:anywhere} .said{color:#5b6270;margin-top:4px}
 #failures pre{margin:6px 0 0;padding:6px;background:#f6f7f9;font-size:12px;max-width:760px;overflow-x:auto;white-space:pre-wrap}
 """
-# the console's host when Airflow's [gpu_sched] console_domain is not set (orchestration/console.py)
-DEFAULT_CONSOLE = "console.cloud.google.com"
+DEFAULT_CONSOLE = DEFAULT_DOMAIN  # when Airflow's [gpu_sched] console_domain is not set
 
 
 def task_name(task_id: str, map_index: int) -> str:
@@ -96,23 +96,12 @@ def failure_rows(runs: list[RunRecord], domain: str) -> list[tuple[str, str, str
             if failure is None:
                 continue
             links = failure.get("links") if isinstance(failure.get("links"), dict) else {}
-            links = [(str(k).replace("_", " "), v) for k, v in links.items() if _console_link(v, domain)]
+            links = [(str(k).replace("_", " "), v) for k, v in links.items() if is_console_url(v, domain)]
             attempt = f"{t.state or '?'}, try {_text(failure.get('try_number'), 10) or '?'}"
             rows.append((f"{run.dag_id}  {run.run_id}", task_name(t.task_id, t.map_index), attempt,
                          _text(failure.get("kind"), 60), _text(failure.get("message"), 2000),
                          _text(failure.get("detail"), 2000), _text(failure.get("log_tail"), 8000), links))
     return rows
-
-
-def _console_link(url: Any, domain: str) -> bool:
-    if not isinstance(url, str) or any(c in url for c in "\r\n\t\\ \"'<>"):
-        return False
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return False
-    return parts.scheme == "https" and port is None and parts.username is None and parts.netloc.lower() == domain
 
 
 def waiting_rows(nights: list[Night]) -> list[tuple[str, str, str, str, float, float, int, int, str]]:

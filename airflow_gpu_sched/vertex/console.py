@@ -48,7 +48,7 @@ def console_root(domain: str | None = None) -> str:
 
 def is_console_url(url: object, domain: str | None = None) -> bool:
     """An ``https://`` URL on the console's host and nothing else: no user part, no port."""
-    if not isinstance(url, str) or any(c in url for c in "\r\n\t\\ "):
+    if not isinstance(url, str) or any(c in url for c in "\r\n\t\\ \"'<>"):  # never in a console URL
         return False
     try:
         parts = urlsplit(url)
