@@ -289,14 +289,9 @@ class VertexTrainingOperator(BaseOperator):
         self._check_at_parse_time()
 
     def _set_scalars(self, values: dict[str, Any], keep_templates: bool) -> None:
-        from airflow_gpu_sched.orchestration import templated_args
+        from airflow_gpu_sched.orchestration.templated_args import apply
 
-        try:
-            parsed = templated_args.parse(values, keep_templates)
-        except InvalidTrainingSpec as exc:
-            raise InvalidTrainingSpec(exc.violations, f"{type(self).__name__} {self.task_id!r}") from None
-        for name, value in parsed.items():
-            setattr(self, name, value)
+        apply(self, values, keep_templates, f"{type(self).__name__} {self.task_id!r}")
 
     def _parse_plan(self, ignore_templates: bool) -> list[Step]:
         from airflow_gpu_sched.orchestration.plans import PlanError, parse_plan
@@ -471,17 +466,10 @@ class VertexTrainingOperator(BaseOperator):
             if found:
                 raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
             return
-        from airflow_gpu_sched.orchestration import templated_args
+        from airflow_gpu_sched.orchestration.templated_args import standing_in
 
-        names = templated_args.templated({n: getattr(self, n) for n in templated_args.TEMPLATED_SCALARS})
-        kept = {name: getattr(self, name) for name in names}
-        try:  # a templated scalar is checked once rendered; the rest of the job now
-            for name in names:
-                setattr(self, name, templated_args.STAND_INS[name])
+        with standing_in(self):  # a templated scalar is checked once rendered; the rest of the job now
             found = self._violations(ignore_templates=True)
-        finally:
-            for name, value in kept.items():
-                setattr(self, name, value)
         if found:
             raise InvalidTrainingSpec(found, f"{type(self).__name__} {self.task_id!r}")
 

@@ -14,9 +14,11 @@ May import: orchestration, vertex; never airflow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
 from typing import Any, Callable
 
 TEMPLATED_SCALARS = ("timeout", "deadline", "expected_run_time", "poll_interval", "prices")
@@ -123,6 +125,33 @@ STAND_INS: dict[str, Any] = {"timeout": None, "deadline": None, "expected_run_ti
 def templated(values: dict[str, Any]) -> list[str]:
     """The names whose value is still a template (checked once rendered)."""
     return [name for name, value in values.items() if has_template(value)]
+
+
+def apply(operator: Any, values: dict[str, Any], keep_templates: bool, what: str) -> None:
+    """Set each parsed value on the operator; an error names the operator (``what``)."""
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
+
+    try:
+        parsed = parse(values, keep_templates)
+    except InvalidTrainingSpec as exc:
+        raise InvalidTrainingSpec(exc.violations, what) from None
+    for name, value in parsed.items():
+        setattr(operator, name, value)
+
+
+@contextlib.contextmanager
+def standing_in(operator: Any) -> Iterator[None]:
+    """While the DAG-parse check of the rest of the job runs: each scalar still a template reads
+    its :data:`STAND_INS` value; the template is put back after."""
+    names = templated({name: getattr(operator, name) for name in TEMPLATED_SCALARS})
+    kept = {name: getattr(operator, name) for name in names}
+    try:
+        for name in names:
+            setattr(operator, name, STAND_INS[name])
+        yield
+    finally:
+        for name, value in kept.items():
+            setattr(operator, name, value)
 
 
 def _invalid(name: str, rule: str) -> Exception:
