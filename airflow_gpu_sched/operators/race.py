@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators import observe, vertex_calls
+from airflow_gpu_sched.operators import events, observe, vertex_calls
 from airflow_gpu_sched.operators.running import now as _now
 from airflow_gpu_sched.operators.running import try_number as _try_number
 from airflow_gpu_sched.orchestration.accounting import attempt_record
@@ -71,7 +71,7 @@ def read_quotas(op: Any, context: Any, ledger: SubmissionLedger, action: engine.
 
     too_low, unreadable = [], []
     for entry in action.members:
-        read = op._read_quota(entry.step, entry.location)
+        read = vertex_calls.read_quota(op, entry.step, entry.location)
         if read.unreadable:
             unreadable.append(entry.index)
         elif read.too_low:
@@ -166,16 +166,13 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
 
 def wait_for_race(op: Any, context: Any, action: engine.WaitForRace) -> dict[str, Any]:
     """Wait for every member with one trigger (deferred, or the same trigger in this process)."""
-    from airflow_gpu_sched.operators.running import first_event
     from airflow_gpu_sched.triggers.race import RaceTrigger
 
     trigger = RaceTrigger([w.job_name for w in action.members], [w.index for w in action.members], op.gcp_conn_id,
                           op.poll_interval, op.transient_error_window, running_by=[w.running_by for w in action.members],
                           bound_reasons=[w.why for w in action.members], impersonation_chain=op.impersonation_chain)
-    op._race_jobs = [w.job_name for w in action.members]
-    if op.deferrable:
-        op.defer(trigger=trigger, method_name="execute_race")
-    return first_event(trigger)
+    op.race_jobs = [w.job_name for w in action.members]
+    return op.wait_on(trigger, "execute_race")
 
 
 def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, Any]:
@@ -189,7 +186,7 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
         return engine.RaceEnded(now=_now(), winner=None, members=(), error=payload.get("message") or "unreachable",
                                 try_number=try_number), None
     members, ended = [], None
-    ledger = getattr(op, "_ledger", None)
+    ledger = getattr(op, "run_ledger", None)
     for m in payload["members"]:
         if ledger is not None and isinstance(m.get("observed"), dict):  # kept: the winner's trigger goes on from it
             ledger.data.setdefault("observed", {})[m["job_name"]] = m["observed"]
@@ -198,7 +195,7 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
                                               by_race=bool(m.get("by_race"))))
             continue
         validate_event(m["event"], JOB_EVENTS)
-        job, resource = op._job_event(context, m["event"])
+        job, resource = events.job_event(op, context, m["event"])
         if m["index"] == payload.get("winner"):
             ended = resource
         members.append(engine.MemberEnded(
@@ -221,8 +218,8 @@ def won(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Won, end
     ledger.data.update(job_name=effect.job_name, submission_key=member.get("key"), job_try=race.get("try"),
                        running_bound=None)
     ledger.save()
-    op._job_name = effect.job_name
-    op._race_jobs = []
+    op.running_job = effect.job_name
+    op.race_jobs = []
     observe.job_created(context, effect.job_name)
 
 

@@ -33,7 +33,7 @@ def apply(operator: Any, ledger: SubmissionLedger) -> None:
         saved = _decide(operator, steps)
         ledger.data[LEDGER_ORDERS] = saved
         ledger.save()
-    operator._region_orders = saved
+    operator.region_orders = saved
     operator.plan = [replace(step, locations=tuple(saved[str(i)]))
                      if str(i) in saved and sorted(saved[str(i)]) == sorted(step.locations) else step
                      for i, step in enumerate(steps)]
@@ -42,7 +42,7 @@ def apply(operator: Any, ledger: SubmissionLedger) -> None:
 def keep(operator: Any, ledger: SubmissionLedger) -> None:
     """After the ledger starts a new training run (a clear after a failure): the positions this
     process already uses stay those of the run (the next return from the triggerer reads them)."""
-    orders = getattr(operator, "_region_orders", None)
+    orders = getattr(operator, "region_orders", None)
     if orders is not None:
         ledger.data[LEDGER_ORDERS] = orders
         ledger.save()

@@ -91,6 +91,27 @@ class SubmissionLedger:
     def preemptions(self) -> int:
         return int(self.data.get("preemptions", 0))
 
+    @property
+    def position(self) -> int:
+        """The plan position (index into the (step, region) order) this run is at."""
+        return int(self.data.get("position", 0))
+
+    @property
+    def race(self) -> dict[str, Any] | None:
+        """The current position's race block, or None (written through :meth:`race_block`)."""
+        return self.data.get("race")
+
+    def observed(self, job_name: str) -> dict[str, Any] | None:
+        """The states a trigger saw of ``job_name`` (kept: the next trigger goes on from them)."""
+        return (self.data.get("observed") or {}).get(job_name)
+
+    def started_at(self, now: Any) -> str:
+        """When the task first started (ISO text), saved at the first ask and kept across tries."""
+        if not self.data.get("started_at"):
+            self.data["started_at"] = now.isoformat()
+            self.save()
+        return self.data["started_at"]
+
     def new_run(self) -> None:
         """A new training run of the task (it was cleared after a failed try)."""
         self.data = _fresh_run()
