@@ -66,7 +66,7 @@ def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any 
     plan = engine_plan(op, context, ledger)
     op.run_ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
     while True:
-        action = engine.decide(plan, engine.State.of(ledger.data), event)
+        action = engine.decide(plan, engine.State.of(ledger.snapshot()), event)
         for effect in action.effects:
             effects()[type(effect)](op, context, ledger, effect, ended)
         out = actions()[type(action)](op, context, ledger, action, ended)
@@ -176,7 +176,6 @@ def submit(op: Any, context: Any, ledger: SubmissionLedger, step: Any, location:
 
 
 def _wait_for_job(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForJob, ended: Any) -> Any:
-    ledger.set_running_bound(action.running_by, action.why)  # kept across tries: a retry re-attaches with it
     return events.job_event(op, context, op.wait_for_job(context, action.job_name))
 
 
@@ -186,7 +185,6 @@ def _re_attach(op: Any, context: Any, ledger: SubmissionLedger, action: engine.R
 
 def _wait_for_capacity(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForCapacity,
                        ended: Any) -> Any:
-    ledger.note_waiting_since(now())
     spec = op.validated_job(context, step=action.step).job_spec.to_api()
     return events.capacity_event(op.wait_for_capacity(context, action.name, spec, action.wait)), None
 
@@ -223,7 +221,7 @@ def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close,
     gpu_hours = ended.kind.gpu_hours(ended.resource)
     record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours, ended.observed)
     record.update(where)
-    if ledger.data.get("race"):
+    if ledger.race:
         from airflow_gpu_sched.operators import race
 
         race.mark_winner(ledger, record)
@@ -248,10 +246,19 @@ def _move(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Move, 
     ledger.move_to(effect.dst)
 
 
+def _keep_bound(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.KeepBound, ended: Any) -> None:
+    ledger.set_running_bound(effect.by, effect.why)  # kept across tries: a retry re-attaches with it
+
+
+def _note_waiting(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.NoteWaiting, ended: Any) -> None:
+    ledger.note_waiting_since(effect.since)
+
+
 @cache
 def effects() -> dict[type, Callable[..., None]]:
     from airflow_gpu_sched.operators import race
     from airflow_gpu_sched.orchestration import plan_engine as engine
 
     return {engine.Note: _note, engine.Close: _close, engine.NewRun: _new_run, engine.Rewind: _rewind,
-            engine.Move: _move, engine.CloseMember: race.close_member, engine.Won: race.won}
+            engine.Move: _move, engine.KeepBound: _keep_bound, engine.NoteWaiting: _note_waiting,
+            engine.CloseMember: race.close_member, engine.Won: race.won}
