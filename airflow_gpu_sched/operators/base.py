@@ -54,8 +54,8 @@ class VertexTrainingOperator(BaseOperator):
     __doc__ = """Train on Vertex AI under a capacity plan: an ordered list of steps (strategies), each
     with its own knobs and regions (:mod:`airflow_gpu_sched.orchestration.plans`).
 
-    The arguments (flat, as before; documented and grouped in
-    :data:`airflow_gpu_sched.orchestration.training_spec.PARAMETERS`, appended here):
+    The arguments (flat; kept, grouped and checked by :mod:`airflow_gpu_sched.orchestration.training_spec`,
+    whose ``PARAMETERS`` text is appended here):
 """ + training_spec.PARAMETERS  # help() and the docs show them all
 
     # Everything a user would template; the plan's steps through ``plan_spec`` (the raw steps,
