@@ -329,3 +329,71 @@ def test_no_isinstance_over_the_engines_actions_or_effects_outside_the_run_loops
                 if named & outputs:
                     found.append(f"{module}:{node.lineno} isinstance(..., {sorted(named & outputs)})")
     assert not found, found
+
+
+def _ledger_data_uses(tree: ast.Module) -> list[int]:
+    """Lines that read or write ``<ledger>.data`` (a name or attribute with "ledger" in it)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "data":
+            owner = node.value
+            name = getattr(owner, "id", None) or getattr(owner, "attr", None) or ""
+            if "ledger" in name.lower():
+                found.append(node.lineno)
+    return found
+
+
+def test_only_the_ledger_touches_its_data():
+    """Every transition of the submission ledger is a method of orchestration/ledger.py (the plan
+    engine's effects name them): no other module reads or writes ``ledger.data``."""
+    found = [f"{module}:{line}" for module, path in MODULES.items() if module != f"{PACKAGE}.orchestration.ledger"
+             for line in _ledger_data_uses(ast.parse(path.read_text()))]
+    assert not found, found
+
+
+def test_the_ledger_data_check_sees_a_write():
+    """The refusal above is not vacuous: the shapes of writes it must catch are caught."""
+    tree = ast.parse("ledger.data['x'] = 1\nop.run_ledger.data.update(y=2)\nself.data = {}\n")
+    assert _ledger_data_uses(tree) == [1, 2]
+
+
+def _private_uses(tree: ast.Module, operator_module: bool) -> list[str]:
+    """Another module's ``_private`` names: imported (``from pkg.mod import _x``), reached through
+    an imported module (``mod._x``), or an operator's private attribute (``op._x``, ``getattr(op,
+    "_x")``) outside the operator's own module."""
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PACKAGE):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{node.lineno} from {node.module} import {alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name.startswith(PACKAGE) and a.asname)
+    holders = modules | (set() if operator_module else {"op", "operator", "task"})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in holders:
+                found.append(f"{node.lineno} {node.value.id}.{node.attr}")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) >= 2:
+            holder, attr = node.args[0], node.args[1]
+            if (isinstance(attr, ast.Constant) and isinstance(attr.value, str) and attr.value.startswith("_")
+                    and not attr.value.startswith("__") and getattr(holder, "id", None) in holders):
+                found.append(f"{node.lineno} getattr({holder.id}, {attr.value!r})")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A ``_name`` is its module's own: another module neither imports it, nor reaches it through
+    the module, nor uses an operator's private attributes (the run loop, race and region order
+    use the operator's public ones: ``running_job``, ``race_jobs``, ``run_ledger``, ``region_orders``)."""
+    found = [f"{module}:{use}" for module, path in MODULES.items()
+             for use in _private_uses(ast.parse(path.read_text()), module == f"{PACKAGE}.operators.base")]
+    assert not found, found
+
+
+def test_the_private_names_check_sees_each_shape():
+    tree = ast.parse("from airflow_gpu_sched.orchestration import observed\n"
+                     "from airflow_gpu_sched.tools.cli import _reported\n"
+                     "observed._at(e)\nop._job_name = 1\ngetattr(operator, '_ledger', None)\nself._mine = 2\n")
+    assert sorted(use.split()[0] for use in _private_uses(tree, operator_module=False)) == ["2", "3", "4", "5"]

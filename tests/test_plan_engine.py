@@ -27,6 +27,7 @@ from airflow_gpu_sched.orchestration.plan_engine import (
     Fail,
     Found,
     JobEnded,
+    KeepBound,
     Move,
     NewRun,
     Note,
@@ -273,7 +274,8 @@ def test_a_job_just_created_is_waited_for_under_the_smaller_bound_and_the_submis
     assert action.running_by == (NOW + timedelta(hours=2)).timestamp()
     assert action.why == "deadline 2026-01-01T16:00:00+00:00 - expected_run_time 7200s"
     assert action.effects == (Note("info", f"submitted {JOB} (SPOT(capacity_wait_timeout=3:00:00, "
-                                           f"max_preemption_retries=3) in us-central1, attempt 2)"),)
+                                           f"max_preemption_retries=3) in us-central1, attempt 2)"),
+                              KeepBound(action.running_by, action.why))  # the ledger keeps the bound: an effect
 
 
 def test_a_later_try_re_attaches_to_the_active_job_with_the_bound_its_try_kept():

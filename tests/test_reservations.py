@@ -349,22 +349,26 @@ def test_the_plan_moves_on_when_the_reservation_cannot_take_the_job_naming_why(a
 
 
 def test_vms_taken_between_the_preflight_and_the_create_move_the_plan_on_under_each_variant(airflow_db,
-                                                                                          variant_emulator):
+                                                                                          variant_emulator,
+                                                                                          monkeypatch):
     """Another consumer takes the last VM after the preflight read it free: the job waits past its
     capacity_wait_timeout ("queued") or fails for resources ("failed"); either way the plan moves on."""
     from airflow.sdk import DAG
 
-    from airflow_gpu_sched.operators import GpuTrainingOperator
+    from airflow_gpu_sched.operators import GpuTrainingOperator, vertex_calls
 
     emulator = variant_emulator
+    read = vertex_calls.read_reservation
 
-    class RacedForTheVm(GpuTrainingOperator):
-        """Fault injection: the reservation fills up right after the preflight's read."""
+    def read_then_fill(op, context, action):
+        """Fault injection: the reservation fills up right after the preflight's read (the
+        gateway's read is the patch point since the preflight reads moved there)."""
+        event = read(op, context, action)
+        _blocker(emulator)
+        return event
 
-        def _read_reservation(self, context, action):
-            event = super()._read_reservation(context, action)
-            _blocker(emulator)
-            return event
+    monkeypatch.setattr(vertex_calls, "read_reservation", read_then_fill)
+    RacedForTheVm = GpuTrainingOperator
 
     full = emulator.scenario["variants"].get("reservationFull", "queued")
     emulator.reset({**emulator.scenario, **with_reservation(1)})

@@ -60,7 +60,7 @@ def test_on_kill_with_a_traversal_name_cancels_nothing_and_says_why(fast_emulato
     op = SpotTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/t:1",
                               machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100",
                               accelerator_count=1)
-    op._job_name = HOSTILE[0]
+    op.running_job = HOSTILE[0]
     fast_emulator.start_traffic()
     with pytest.raises(ValueError, match="is not a Vertex AI training resource name"):
         op.on_kill()

@@ -1,6 +1,7 @@
 """What a training task tells the world as it goes, in one place, for single jobs and race
 members alike: an attempt closed (its log line, the ``gpu_sched.*`` metrics, the callbacks, the
-observed-region history), a job created (XCom and the console links).
+observed-region history), a job created (XCom and the console links), the task succeeded (its
+summary: the result, with the run budget settled).
 
 May import: vertex, orchestration, operators; airflow.
 """
@@ -40,3 +41,15 @@ def job_created(context: Any, job_name: str, resource_id: str | None = None) -> 
     ti.xcom_push(key=JOB_NAME_KEY, value=job_name)
     ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(job_name))
     ti.xcom_push(key=LINKS_KEY, value=console_links(job_name, resource_id))
+
+
+def summary(op: Any, ledger: Any, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task's result (attempts, GPU-hours, cost, outputs), logged as a table."""
+    from airflow_gpu_sched.orchestration.accounting import resolve_prices, summary_table, task_result
+    from airflow_gpu_sched.orchestration.budget import settle_run_budget
+
+    prices = resolve_prices(op.prices, op.client)  # "catalog": Google's billing catalog, cached
+    settle_run_budget(ledger, prices)  # run_budget=: what was spent replaces this task's reservation
+    result = task_result(ledger.attempts, ledger.preemptions, op.base_output_dir, prices, outputs)
+    op.log.info("training summary:\n%s", summary_table(result))
+    return result

@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators.base import VertexTrainingOperator, _step_duration_arg
+from airflow_gpu_sched.operators.base import VertexTrainingOperator
+from airflow_gpu_sched.orchestration.training_spec import step_duration_arg as _step_duration_arg
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.orchestration.plans import Step

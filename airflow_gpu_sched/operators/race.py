@@ -22,33 +22,23 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators import observe, vertex_calls
+from airflow_gpu_sched.operators import events, observe, vertex_calls
 from airflow_gpu_sched.operators.running import now as _now
 from airflow_gpu_sched.operators.running import try_number as _try_number
 from airflow_gpu_sched.orchestration.accounting import attempt_record
 from airflow_gpu_sched.orchestration.job_types import job_type_of
+from airflow_gpu_sched.orchestration.ledger import RACE_KEY
 from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, validate_event
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
 
-RACE_KEY = "race"
 RACE_EVENTS = ("race_won", "race_ended", "error")
 
 
 def _block(ledger: SubmissionLedger) -> dict[str, Any]:
-    return ledger.data.get(RACE_KEY) or {}
-
-
-def _member(ledger: SubmissionLedger, index: int, create: bool = False) -> dict[str, Any] | None:
-    race = ledger.data.setdefault(RACE_KEY, {"try": None, "winner": None, "members": []}) if create \
-        else _block(ledger)
-    member = next((m for m in race.get("members", []) if m["index"] == index), None)
-    if member is None and create:
-        member = {"index": index, "key": None, "job_name": None, "running_by": None, "why": None, "closed": False}
-        race["members"].append(member)
-    return member
+    return ledger.race or {}
 
 
 def in_flight(ledger: SubmissionLedger) -> bool:
@@ -71,7 +61,7 @@ def read_quotas(op: Any, context: Any, ledger: SubmissionLedger, action: engine.
 
     too_low, unreadable = [], []
     for entry in action.members:
-        read = op._read_quota(entry.step, entry.location)
+        read = vertex_calls.read_quota(op, entry.step, entry.location)
         if read.unreadable:
             unreadable.append(entry.index)
         elif read.too_low:
@@ -81,10 +71,8 @@ def read_quotas(op: Any, context: Any, ledger: SubmissionLedger, action: engine.
 
 def wait(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForRace,
          ended: Any = None) -> tuple[engine.RaceEnded, Any]:
-    for member_wait in action.members:  # kept across tries: a re-attached trigger enforces the same instants
-        member = _member(ledger, member_wait.index, create=True)
-        member.update(running_by=member_wait.running_by, why=member_wait.why)
-    ledger.save()
+    # kept across tries: a re-attached trigger enforces the same instants
+    ledger.update_members({w.index: {"running_by": w.running_by, "why": w.why} for w in action.members})
     return race_event(op, context, wait_for_race(op, context, action))
 
 
@@ -93,24 +81,20 @@ def submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Submi
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow_gpu_sched.vertex.client import QuotaExceededError
 
-    if action.new or not ledger.data.get(RACE_KEY):
-        ledger.data[RACE_KEY] = {"try": _try_number(context), "winner": None, "members": []}
-        ledger.save()
-    for entry in action.members:  # every member of the race, before the first create: a retry knows what is missing
-        _member(ledger, entry.index, create=True)
-    ledger.save()
+    if action.new or not ledger.race:
+        ledger.start_race(_try_number(context))
+    # every member of the race, before the first create: a retry knows what is missing
+    ledger.update_members({entry.index: {} for entry in action.members})
     refused = []
     for entry in action.members:
-        member = _member(ledger, entry.index, create=True)
-        if member.get("job_name"):
+        if (ledger.race_member(entry.index) or {}).get("job_name"):
             continue
         try:
             submit_member(op, context, ledger, entry)
         except QuotaExceededError as exc:
             if not exc.is_resource_quota:
                 raise
-            member["closed"] = True  # its no-job attempt is the engine's Close
-            ledger.save()
+            ledger.update_members({entry.index: {"closed": True}})  # its no-job attempt is the engine's Close
             refused.append((entry.index, exc.message, str(exc)))
     jobs = tuple((m["index"], m["job_name"]) for m in _block(ledger)["members"]
                  if m.get("job_name") and not m.get("closed"))
@@ -120,15 +104,13 @@ def submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Submi
 def submit_member(op: Any, context: Any, ledger: SubmissionLedger, entry: engine.RaceEntry) -> str:
     """Create one member under its own submission key (saved first; an ambiguous create is
     reconciled by that key's label, as a single job's); its name is saved before anything else."""
-    member = _member(ledger, entry.index, create=True)
-    if not member.get("key"):
-        member["key"] = uuid.uuid4().hex
-        ledger.save()
-    key = member["key"]
+    key = (ledger.race_member(entry.index) or {}).get("key")
+    if not key:
+        key = uuid.uuid4().hex
+        ledger.update_members({entry.index: {"key": key}})
     job = op.validated_job(context, key, entry.step, entry.max_wait)
     created = vertex_calls.create(op, job, key, entry.location, f"race member {entry.index}")
-    member["job_name"] = created.name
-    ledger.save()
+    ledger.update_members({entry.index: {"job_name": created.name}})
     op.log.info("race member %s (%s in %s): created %s", entry.index, entry.step.strategy, entry.location,
                 created.name)
     return created.name
@@ -142,7 +124,7 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
     if not in_flight(ledger):
         return None
     found = []
-    step_location = op.positions()[int(ledger.data.get("position", 0))][1]
+    step_location = op.positions()[ledger.position][1]
     for member in _block(ledger)["members"]:
         if member.get("closed"):
             continue
@@ -150,12 +132,11 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
         if member.get("job_name"):
             resource = vertex_calls.find_by_name(op, member["job_name"], missing_ok=True)
         elif member.get("key"):
-            step = op.plan[int(ledger.data.get("position", 0))]
+            step = op.plan[ledger.position]
             location = step.member_location(member["index"], step_location)
             resource, by_key = vertex_calls.find_by_key(op, member["key"], location), True
             if resource is not None:
-                member["job_name"] = resource.name
-                ledger.save()
+                ledger.update_members({member["index"]: {"job_name": resource.name}})
         if resource is None:
             found.append((member["index"], None))
             continue
@@ -166,16 +147,13 @@ def found_members(op: Any, ledger: SubmissionLedger) -> tuple[tuple[int, Any], .
 
 def wait_for_race(op: Any, context: Any, action: engine.WaitForRace) -> dict[str, Any]:
     """Wait for every member with one trigger (deferred, or the same trigger in this process)."""
-    from airflow_gpu_sched.operators.running import first_event
     from airflow_gpu_sched.triggers.race import RaceTrigger
 
     trigger = RaceTrigger([w.job_name for w in action.members], [w.index for w in action.members], op.gcp_conn_id,
                           op.poll_interval, op.transient_error_window, running_by=[w.running_by for w in action.members],
                           bound_reasons=[w.why for w in action.members], impersonation_chain=op.impersonation_chain)
-    op._race_jobs = [w.job_name for w in action.members]
-    if op.deferrable:
-        op.defer(trigger=trigger, method_name="execute_race")
-    return first_event(trigger)
+    op.race_jobs = [w.job_name for w in action.members]
+    return op.wait_on(trigger, "execute_race")
 
 
 def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, Any]:
@@ -189,16 +167,16 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
         return engine.RaceEnded(now=_now(), winner=None, members=(), error=payload.get("message") or "unreachable",
                                 try_number=try_number), None
     members, ended = [], None
-    ledger = getattr(op, "_ledger", None)
+    ledger = getattr(op, "run_ledger", None)
     for m in payload["members"]:
         if ledger is not None and isinstance(m.get("observed"), dict):  # kept: the winner's trigger goes on from it
-            ledger.data.setdefault("observed", {})[m["job_name"]] = m["observed"]
+            ledger.keep_observed(m["job_name"], m["observed"])
         if m.get("event") is None:
             members.append(engine.MemberEnded(index=int(m["index"]), job_name=m["job_name"], kind=None,
                                               by_race=bool(m.get("by_race"))))
             continue
         validate_event(m["event"], JOB_EVENTS)
-        job, resource = op._job_event(context, m["event"])
+        job, resource = events.job_event(op, context, m["event"])
         if m["index"] == payload.get("winner"):
             ended = resource
         members.append(engine.MemberEnded(
@@ -215,14 +193,9 @@ def race_event(op: Any, context: Any, payload: Any) -> tuple[engine.RaceEnded, A
 
 def won(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Won, ended: Any = None) -> None:
     """The member ``effect.index`` won: its job becomes the task's job."""
-    race = _block(ledger)
-    member = _member(ledger, effect.index) or {}
-    race["winner"] = effect.index
-    ledger.data.update(job_name=effect.job_name, submission_key=member.get("key"), job_try=race.get("try"),
-                       running_bound=None)
-    ledger.save()
-    op._job_name = effect.job_name
-    op._race_jobs = []
+    ledger.race_won(effect.index, effect.job_name)
+    op.running_job = effect.job_name
+    op.race_jobs = []
     observe.job_created(context, effect.job_name)
 
 
@@ -232,16 +205,12 @@ def close_member(op: Any, context: Any, ledger: SubmissionLedger, close: engine.
     kind = job_type_of(close.job_name)
     resource = vertex_calls.find_by_name(op, close.job_name)
     job = kind.view(resource)
-    observed = (ledger.data.get("observed") or {}).get(close.job_name)
+    observed = ledger.observed(close.job_name)
     record = attempt_record(job, close.strategy, close.outcome, close.restarts, kind.gpu_hours(resource), observed)
     record.update(position=close.position, location=close.location, race=close.race, race_member=close.index)
     if close.state:
         record.update(state=close.state, error=close.error)
-    member = _member(ledger, close.index)
-    if member is not None:
-        member["closed"] = True
-    ledger.data["attempts"] = [*ledger.attempts, record]  # one write with the member's mark
-    ledger.save()
+    ledger.close_member(close.index, record)  # one write with the member's mark
     observe.attempt_closed(op, record, close.preemptions, "race member {} {}: {}".format(  # as a single job's
         close.index, "lost, cancelled" if close.race == "lost" else "ended", job.state.value if job.state else "?"))
 

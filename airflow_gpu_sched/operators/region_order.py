@@ -14,9 +14,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
+from airflow_gpu_sched.orchestration.ledger import ORDERS_KEY, SubmissionLedger
 
-LEDGER_ORDERS = "region_orders"  # step index -> its locations, in the order this run tries them
+LEDGER_ORDERS = ORDERS_KEY  # step index -> its locations, in the order this run tries them (ledger.py writes it)
 
 
 def uses_observed(steps: list[Any]) -> bool:
@@ -28,12 +28,11 @@ def apply(operator: Any, ledger: SubmissionLedger) -> None:
     steps = operator.plan
     if not uses_observed(steps):
         return
-    saved = ledger.data.get(LEDGER_ORDERS)
+    saved = ledger.region_orders
     if saved is None:
         saved = _decide(operator, steps)
-        ledger.data[LEDGER_ORDERS] = saved
-        ledger.save()
-    operator._region_orders = saved
+        ledger.keep_region_orders(saved)
+    operator.region_orders = saved
     operator.plan = [replace(step, locations=tuple(saved[str(i)]))
                      if str(i) in saved and sorted(saved[str(i)]) == sorted(step.locations) else step
                      for i, step in enumerate(steps)]
@@ -42,10 +41,9 @@ def apply(operator: Any, ledger: SubmissionLedger) -> None:
 def keep(operator: Any, ledger: SubmissionLedger) -> None:
     """After the ledger starts a new training run (a clear after a failure): the positions this
     process already uses stay those of the run (the next return from the triggerer reads them)."""
-    orders = getattr(operator, "_region_orders", None)
+    orders = getattr(operator, "region_orders", None)
     if orders is not None:
-        ledger.data[LEDGER_ORDERS] = orders
-        ledger.save()
+        ledger.keep_region_orders(orders)
 
 
 def _decide(operator: Any, steps: list[Any]) -> dict[str, list[str]]:

@@ -12,11 +12,14 @@ May import: vertex, orchestration, operators; airflow.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from functools import cache
 from typing import TYPE_CHECKING, Any, Callable
 
-from airflow_gpu_sched.operators import lineage, observe, region_order
+from airflow_gpu_sched.operators import events, lineage, observe, region_order, vertex_calls
 from airflow_gpu_sched.operators.running import now, try_number
 from airflow_gpu_sched.orchestration import signals
 from airflow_gpu_sched.orchestration.errors import (
@@ -60,10 +63,10 @@ class Finished:
 def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any = None) -> Any:
     from airflow_gpu_sched.orchestration import plan_engine as engine
 
-    plan = op.engine_plan(context, ledger)
-    op._ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
+    plan = engine_plan(op, context, ledger)
+    op.run_ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
     while True:
-        action = engine.decide(plan, engine.State.of(ledger.data), event)
+        action = engine.decide(plan, engine.State.of(ledger.snapshot()), event)
         for effect in action.effects:
             effects()[type(effect)](op, context, ledger, effect, ended)
         out = actions()[type(action)](op, context, ledger, action, ended)
@@ -72,11 +75,50 @@ def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any 
         event, ended = out
 
 
+@contextmanager
+def vertex_reachable() -> Iterator[None]:
+    """Calls that still fail after the client's retries (bounded by the transient-error
+    window) fail the task as :class:`VertexUnreachable`, naming the last error."""
+    from airflow_gpu_sched.vertex.client import QuotaExceededError, ServerError, VertexTransportError
+
+    try:
+        yield
+    except (ServerError, QuotaExceededError, VertexTransportError) as exc:
+        raise VertexUnreachable(f"Vertex AI unreachable: {exc}") from exc
+
+
+def engine_plan(op: Any, context: Any, ledger: SubmissionLedger) -> engine.Plan:
+    """The engine's view of the operator's plan (its deadline anchored, its budget read)."""
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.orchestration.budget import budget_for
+
+    return engine.Plan.of(op.plan, op.location, op.regions_first, project=op.project_id,
+                          deadline=_deadline(op, context, ledger), expected_run_time=op.expected_run_time,
+                          quota_preflight=op.quota_preflight, checkpoints=op.base_output_dir,
+                          retry_on_user_code_failure=op.retry_on_user_code_failure,
+                          budget=budget_for(op, ledger, context))
+
+
+def _deadline(op: Any, context: Any, ledger: SubmissionLedger) -> datetime | None:
+    """The plan's deadline. A timedelta counts from the data interval's end; in a manual
+    run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
+    counts from when the task first started instead (kept in the ledger across tries)."""
+    if op.deadline is None:
+        return None
+    if isinstance(op.deadline, datetime):
+        return op.deadline if op.deadline.tzinfo else op.deadline.replace(tzinfo=timezone.utc)
+    anchor = context.get("data_interval_end") or context.get("logical_date")
+    dag_run = context.get("dag_run")
+    if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
+        anchor = datetime.fromisoformat(ledger.started_at(now()))
+    return anchor + op.deadline
+
+
 # ---------------------------------------------------------------------------------------- actions
 
 
 def _succeed(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Succeed, ended: Any) -> Finished:
-    result = op.result(ledger, ended.kind.outputs(ended.resource) if ended else None)
+    result = observe.summary(op, ledger, ended.kind.outputs(ended.resource) if ended else None)
     lineage.task_succeeded(op, context, result)  # the outlets' Asset events
     return Finished(result)
 
@@ -93,16 +135,16 @@ def _fail(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Fail, 
 
 
 def _read_quota(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadQuota, ended: Any) -> Any:
-    return op._read_quota(action.step, action.location), None
+    return vertex_calls.read_quota(op, action.step, action.location), None
 
 
 def _read_resource(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadResource, ended: Any) -> Any:
-    return op._read_resource(context, action), None
+    return vertex_calls.read_resource(op, context, action), None
 
 
 def _read_reservation(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReadReservation,
                       ended: Any) -> Any:
-    return op._read_reservation(context, action), None
+    return vertex_calls.read_reservation(op, context, action), None
 
 
 def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Submit, ended: Any) -> Any:
@@ -110,7 +152,7 @@ def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Subm
     from airflow_gpu_sched.vertex.client import QuotaExceededError
 
     try:
-        name = op.submit(context, ledger, action.step, action.location, action.max_wait)
+        name = submit(op, context, ledger, action.step, action.location, action.max_wait)
     except QuotaExceededError as exc:
         if not exc.is_resource_quota:  # a request-rate limit past the window: not a capacity outcome
             raise
@@ -118,20 +160,33 @@ def _submit(op: Any, context: Any, ledger: SubmissionLedger, action: engine.Subm
     return engine.Created(now=now(), job_name=name), None
 
 
+def submit(op: Any, context: Any, ledger: SubmissionLedger, step: Any, location: str, max_wait: Any = None) -> str:
+    """Create the job under the ledger's submission key (a new one if none), reconciling an
+    ambiguous create by that key's label; the name is saved before anything else."""
+    from airflow_gpu_sched.operators.unrecorded import record_or_cancel
+
+    key = ledger.submission_key or ledger.new_submission()
+    job = op.validated_job(context, key, step, max_wait)
+    created = vertex_calls.create(op, job, key, location, job.display_name)
+    record_or_cancel(op.log, lambda: ledger.record_job(created.name, try_number(context)),
+                     lambda: vertex_calls.cancel(op, created.name), created.name)
+    op.running_job = created.name
+    observe.job_created(context, created.name, step.resource_id)
+    return created.name
+
+
 def _wait_for_job(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForJob, ended: Any) -> Any:
-    ledger.set_running_bound(action.running_by, action.why)  # kept across tries: a retry re-attaches with it
-    return op._job_event(context, op.wait_for_job(context, action.job_name))
+    return events.job_event(op, context, op.wait_for_job(context, action.job_name))
 
 
 def _re_attach(op: Any, context: Any, ledger: SubmissionLedger, action: engine.ReAttach, ended: Any) -> Any:
-    return op._job_event(context, op.wait_for_job(context, action.job_name))
+    return events.job_event(op, context, op.wait_for_job(context, action.job_name))
 
 
 def _wait_for_capacity(op: Any, context: Any, ledger: SubmissionLedger, action: engine.WaitForCapacity,
                        ended: Any) -> Any:
-    ledger.note_waiting_since(now())
     spec = op.validated_job(context, step=action.step).job_spec.to_api()
-    return op._capacity_event(op.wait_for_capacity(context, action.name, spec, action.wait)), None
+    return events.capacity_event(op.wait_for_capacity(context, action.name, spec, action.wait)), None
 
 
 @cache
@@ -166,7 +221,7 @@ def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close,
     gpu_hours = ended.kind.gpu_hours(ended.resource)
     record = attempt_record(job, close.strategy, close.outcome, close.restarts, gpu_hours, ended.observed)
     record.update(where)
-    if ledger.data.get("race"):
+    if ledger.race:
         from airflow_gpu_sched.operators import race
 
         race.mark_winner(ledger, record)
@@ -191,10 +246,19 @@ def _move(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.Move, 
     ledger.move_to(effect.dst)
 
 
+def _keep_bound(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.KeepBound, ended: Any) -> None:
+    ledger.set_running_bound(effect.by, effect.why)  # kept across tries: a retry re-attaches with it
+
+
+def _note_waiting(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.NoteWaiting, ended: Any) -> None:
+    ledger.note_waiting_since(effect.since)
+
+
 @cache
 def effects() -> dict[type, Callable[..., None]]:
     from airflow_gpu_sched.operators import race
     from airflow_gpu_sched.orchestration import plan_engine as engine
 
     return {engine.Note: _note, engine.Close: _close, engine.NewRun: _new_run, engine.Rewind: _rewind,
-            engine.Move: _move, engine.CloseMember: race.close_member, engine.Won: race.won}
+            engine.Move: _move, engine.KeepBound: _keep_bound, engine.NoteWaiting: _note_waiting,
+            engine.CloseMember: race.close_member, engine.Won: race.won}

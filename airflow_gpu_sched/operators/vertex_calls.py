@@ -1,6 +1,8 @@
 """The operator's calls to Vertex AI, each written once, for a single job (operators/base.py) and
 a race's members (operators/race.py) alike: a job by name, a job by its submission key's label,
-the create under a submission key (one reconcile loop for an ambiguous create), the cancel.
+the create under a submission key (one reconcile loop for an ambiguous create), the cancel, the
+preflight reads (GPU quota, persistent resource, reservation: each as the plan's event) and the
+failed job's log tail.
 
 The operator reaches the service through its own ``client(location)`` (the connection, the
 impersonation chain and the endpoint of that region), not through ``self.hook``: the triggers
@@ -18,6 +20,8 @@ from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS
 from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
 
 if TYPE_CHECKING:
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.orchestration.plans import Step
     from airflow_gpu_sched.vertex.models import CustomJob
 
 
@@ -49,12 +53,13 @@ def create(op: Any, job: CustomJob, key: str, location: str, what: str) -> Any:
     """Create ``job`` (labelled with submission key ``key``) in ``location``. A create whose
     outcome is unknown may or may not have made a job: the key's label says which; only when no
     job carries it is the create sent again (at most :data:`AMBIGUOUS_CREATE_ATTEMPTS` times)."""
+    from airflow_gpu_sched.orchestration.training_spec import job_options
     from airflow_gpu_sched.vertex.client import AmbiguousCreateError
 
     client = op.client(location)
     for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
         try:
-            return op.job_kind.create(client, op.job_kind.body(job, op.job_options()))
+            return op.job_kind.create(client, op.job_kind.body(job, job_options(op)))
         except AmbiguousCreateError as exc:
             found = find_by_key(op, key, location)
             if found is not None:
@@ -70,3 +75,64 @@ def cancel(op: Any, job_name: str) -> None:
     from airflow_gpu_sched.orchestration.job_types import job_type_of
 
     job_type_of(job_name).cancel(op.client(location_of(job_name)), job_name)
+
+
+# ---------------------------------------------------------------------------------------- preflight reads
+
+
+def read_quota(op: Any, step: Step, location: str) -> engine.QuotaRead:
+    """The region's GPU quota for the step's tier against what the job holds at once."""
+    from airflow_gpu_sched.operators.running import now
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.orchestration.quota import shortfalls
+
+    spec = op.build_job(step=step).job_spec
+    # one copy (a tuning job's trial): parallel trials past the quota wait their turn (quota.at_once)
+    found = shortfalls(op.client(location), op.project_id, location, step.strategy, spec.accelerator_demand())
+    if found is None:
+        return engine.QuotaRead(now=now(), unreadable=True)
+    return engine.QuotaRead(now=now(), too_low="; ".join(str(s) for s in found) or None)
+
+
+def read_resource(op: Any, context: Any, action: engine.ReadResource) -> engine.ResourceRead:
+    """The persistent resource and the job's fit on it."""
+    from airflow_gpu_sched.operators.running import now
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.vertex.rules import check_persistent_fit
+
+    resource = op.client(action.location).get_persistent_resource(action.name)
+    fit = check_persistent_fit(op.validated_job(context, step=action.step).job_spec, resource)
+    return engine.ResourceRead(
+        now=now(), name=action.name, state=resource.state.value if resource.state else "STATE_UNSPECIFIED",
+        error=resource.error.message if resource.error else None, mismatches=tuple(fit.mismatches),
+        runs_now=fit.runs_now, shortages=tuple((s.resource_pool_id, s.free, s.wanted) for s in fit.shortages))
+
+
+def read_reservation(op: Any, context: Any, action: engine.ReadReservation) -> engine.ReservationRead:
+    """The Compute Engine reservation (``reservations.get``) and the job's fit on it."""
+    from airflow_gpu_sched.operators.running import now
+    from airflow_gpu_sched.orchestration import plan_engine as engine
+    from airflow_gpu_sched.vertex.client import NotFoundError, VertexError
+    from airflow_gpu_sched.vertex.reservations import fit
+
+    try:
+        reservation = op.client(action.location).get_reservation(action.name)
+    except NotFoundError:
+        return engine.ReservationRead(now=now(), name=action.name, missing=True)
+    except VertexError as exc:  # no permission, or unreachable past the retries
+        return engine.ReservationRead(now=now(), name=action.name, unreadable=str(exc)[:300])
+    found = fit(op.validated_job(context, step=action.step).job_spec, reservation)
+    return engine.ReservationRead(now=now(), name=action.name, problems=found.problems, free=found.free,
+                                  count=found.count, needed=found.needed)
+
+
+def failure_tail(op: Any, job_name: str) -> str | None:
+    """The failed job's failing replica's last lines, into the task log (and the error)."""
+    if not op.failure_log_lines:
+        return None
+    from airflow_gpu_sched.operators.job_logs import read_failure_tail
+
+    tail = read_failure_tail(op.client(location_of(job_name)), job_name, op.failure_log_lines)
+    if tail:
+        op.log.error("the job failed; %s", tail)
+    return tail

@@ -183,10 +183,8 @@ def budget_for(operator: Any, ledger: Any, context: Any = None) -> Budget | None
                     expected_run_time=operator.expected_run_time, spent=spent)
     if run is None:
         return budget
-    held = ledger.data.get(LEDGER_RUN_BUDGET) or _reserve(operator, budget, run, context)
-    if LEDGER_RUN_BUDGET not in ledger.data:
-        ledger.data[LEDGER_RUN_BUDGET] = held
-        ledger.save()
+    held = ledger.run_budget or _reserve(operator, budget, run, context)
+    ledger.hold_run_budget(held)  # kept the first time only
     share = float(held["amount"]) - spent if held["holds"] else 0.0
     remaining = share if budget.remaining is None else min(budget.remaining, share)
     note = (f"run budget {run.name!r}: this task holds {held['amount']:g} of {run.limit:g}" if held["holds"] else
@@ -195,7 +193,7 @@ def budget_for(operator: Any, ledger: Any, context: Any = None) -> Budget | None
                    if held["holds"] else spent, note=note)
 
 
-LEDGER_RUN_BUDGET = "run_budget"  # the submission ledger's record of this task's reservation
+LEDGER_RUN_BUDGET = "run_budget"  # the submission ledger's record of this task's reservation (ledger.RUN_BUDGET_KEY)
 
 
 def _run_budget(value: Any) -> Any:
@@ -228,7 +226,7 @@ def _reserve(operator: Any, budget: Budget, run: Any, context: Any) -> dict[str,
 
 def settle_run_budget(ledger: Any, prices: Any) -> None:
     """When the task ends: what it really spent replaces its reservation (the rest is freed)."""
-    held = ledger.data.get(LEDGER_RUN_BUDGET) or {}
+    held = ledger.run_budget or {}
     if not held.get("key") or not held.get("holds"):
         return
     from airflow_gpu_sched.orchestration.accounting import attempt_cost

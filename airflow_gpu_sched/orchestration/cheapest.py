@@ -51,7 +51,7 @@ def history_stats(regions: tuple[str, ...], accelerator: str, history: list[dict
     found = {}
     for region in regions:
         mine = [e for e in history if e.get("region") == region and e.get("accelerator") == accelerator
-                and (at := observed._at(e)) is not None and at >= oldest][-observed.PER_REGION:]
+                and (at := observed.entry_at(e)) is not None and at >= oldest][-observed.PER_REGION:]
         if mine:
             waits = [float(e.get("waited") or 0.0) + observed.STOCKOUT_PENALTY if e.get("stockout")
                      else float(e.get("to_running") or 0.0) for e in mine]

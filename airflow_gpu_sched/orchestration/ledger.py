@@ -13,7 +13,13 @@ clears. The ledger holds one "training run" of the task:
      raised, or null>,
      "race": <the current position's race, or null: {"try": the try that started it, "winner":
      member index or null, "members": [{"index", "key", "job_name", "running_by", "why",
-     "closed"}]}; written by operators/race.py, read by plan_engine.RaceState>}
+     "closed"}]}; written here for operators/race.py, read by plan_engine.RaceState>,
+     "observed": <{job name: the states its trigger saw}>, "started_at": <when the task first
+     started, for a deadline in a manual run>, "region_orders": <region_order="observed": the
+     order this run decided>, "run_budget": <run_budget=: this task's reservation>}
+
+Every write of that data is a method here (the plan engine's effects, carried out by
+operators/run.py, name them): no other module touches ``data``.
 
 - Before a create, a fresh submission key is saved; it also goes on the job as a label, so a
   try that died between the create and saving the job name finds the job by label.
@@ -34,6 +40,9 @@ import uuid
 from typing import Any
 
 LEDGER_KEY = "airflow_gpu_sched.ledger"  # stored in users' task state stores: never changes with the module path
+RACE_KEY = "race"
+ORDERS_KEY = "region_orders"  # operators/region_order.py (its LEDGER_ORDERS)
+RUN_BUDGET_KEY = "run_budget"  # orchestration/budget.py (its LEDGER_RUN_BUDGET)
 SUBMISSION_LABEL = "gpu-sched-submission"
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "airflow-gpu-sched"
@@ -90,6 +99,27 @@ class SubmissionLedger:
     @property
     def preemptions(self) -> int:
         return int(self.data.get("preemptions", 0))
+
+    @property
+    def position(self) -> int:
+        """The plan position (index into the (step, region) order) this run is at."""
+        return int(self.data.get("position", 0))
+
+    @property
+    def race(self) -> dict[str, Any] | None:
+        """The current position's race block, or None (written through :meth:`race_block`)."""
+        return self.data.get("race")
+
+    def observed(self, job_name: str) -> dict[str, Any] | None:
+        """The states a trigger saw of ``job_name`` (kept: the next trigger goes on from them)."""
+        return (self.data.get("observed") or {}).get(job_name)
+
+    def started_at(self, now: Any) -> str:
+        """When the task first started (ISO text), saved at the first ask and kept across tries."""
+        if not self.data.get("started_at"):
+            self.data["started_at"] = now.isoformat()
+            self.save()
+        return self.data["started_at"]
 
     def new_run(self) -> None:
         """A new training run of the task (it was cleared after a failed try)."""
@@ -149,6 +179,77 @@ class SubmissionLedger:
     def note_waiting_since(self, when: Any) -> None:
         if not self.data.get("waiting_since"):
             self.data["waiting_since"] = when.isoformat()
+            self.save()
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the data, for the plan engine to read (``State.of``)."""
+        import copy
+
+        return copy.deepcopy(self.data)
+
+    def keep_observed(self, job_name: str, observed: dict[str, Any]) -> None:
+        """The states a trigger saw of ``job_name`` (saved with the next write)."""
+        self.data.setdefault("observed", {})[job_name] = observed
+
+    # ------------------------------------------------------------------ a race (operators/race.py)
+
+    def race_member(self, index: int) -> dict[str, Any] | None:
+        """The race's member ``index`` (a copy), or None."""
+        member = next((m for m in (self.race or {}).get("members", []) if m["index"] == index), None)
+        return dict(member) if member is not None else None
+
+    def start_race(self, try_number: int | None) -> None:
+        """A new race at the current position, started by ``try_number``."""
+        self.data[RACE_KEY] = {"try": try_number, "winner": None, "members": []}
+        self.save()
+
+    def update_members(self, updates: dict[int, dict[str, Any]]) -> None:
+        """Members' fields (a member not yet in the race is added), in one write."""
+        race = self.data.setdefault(RACE_KEY, {"try": None, "winner": None, "members": []})
+        for index, fields in updates.items():
+            member = next((m for m in race["members"] if m["index"] == index), None)
+            if member is None:
+                member = {"index": index, "key": None, "job_name": None, "running_by": None, "why": None,
+                          "closed": False}
+                race["members"].append(member)
+            member.update(fields)
+        self.save()
+
+    def race_won(self, index: int, job_name: str) -> None:
+        """Member ``index`` won: its job (and key, and the try that started the race) is the task's."""
+        race = self.data.get(RACE_KEY) or {}
+        member = self.race_member(index) or {}
+        race["winner"] = index
+        self.data.update(job_name=job_name, submission_key=member.get("key"), job_try=race.get("try"),
+                         running_bound=None)
+        self.save()
+
+    def close_member(self, index: int, record: dict[str, Any]) -> None:
+        """A member's attempt and its ``closed`` mark, in one write."""
+        member = next((m for m in (self.race or {}).get("members", []) if m["index"] == index), None)
+        if member is not None:
+            member["closed"] = True
+        self.data["attempts"] = [*self.attempts, record]
+        self.save()
+
+    # ------------------------------------------------------------------ kept for the run: region order, run budget
+
+    @property
+    def region_orders(self) -> dict[str, list[str]] | None:
+        return self.data.get(ORDERS_KEY)
+
+    def keep_region_orders(self, orders: dict[str, list[str]]) -> None:
+        self.data[ORDERS_KEY] = orders
+        self.save()
+
+    @property
+    def run_budget(self) -> dict[str, Any] | None:
+        """This task's reservation of its DAG run's budget (orchestration/budget.py), or None."""
+        return self.data.get(RUN_BUDGET_KEY)
+
+    def hold_run_budget(self, held: dict[str, Any]) -> None:
+        if RUN_BUDGET_KEY not in self.data:
+            self.data[RUN_BUDGET_KEY] = held
             self.save()
 
     def count(self, outcome: str, position: int) -> int:

@@ -68,7 +68,7 @@ def add(history: list[dict[str, Any]], entry: dict[str, Any], now: datetime) -> 
 def bound(history: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
     """The last :data:`MAX_ENTRIES` entries none older than :data:`MAX_AGE` (or unreadable)."""
     oldest = now - MAX_AGE
-    kept = [e for e in history if _at(e) is not None and _at(e) >= oldest]  # type: ignore[operator]
+    kept = [e for e in history if entry_at(e) is not None and entry_at(e) >= oldest]  # type: ignore[operator]
     return kept[-MAX_ENTRIES:]
 
 
@@ -78,9 +78,9 @@ def merge(values: list[Any], now: datetime) -> list[dict[str, Any]]:
     by_id: dict[str, dict[str, Any]] = {}
     for value in values:
         for entry in value if isinstance(value, list) else [value]:
-            if isinstance(entry, dict) and _at(entry) is not None:
+            if isinstance(entry, dict) and entry_at(entry) is not None:
                 by_id.setdefault(entry_id(entry), entry)
-    ordered = sorted(by_id.values(), key=lambda e: (_at(e), entry_id(e)))  # type: ignore[arg-type,return-value]
+    ordered = sorted(by_id.values(), key=lambda e: (entry_at(e), entry_id(e)))  # type: ignore[arg-type,return-value]
     return bound(ordered, now)
 
 
@@ -121,7 +121,7 @@ def order(regions: tuple[str, ...], accelerator: str, history: list[dict[str, An
     scores = []
     for region in regions:
         mine = [e for e in history if e.get("region") == region and e.get("accelerator") == accelerator
-                and _at(e) is not None and _at(e) >= oldest][-PER_REGION:]  # type: ignore[operator]
+                and entry_at(e) is not None and entry_at(e) >= oldest][-PER_REGION:]  # type: ignore[operator]
         ran = sorted(float(e["to_running"]) for e in mine if e.get("to_running") is not None)
         scores.append(RegionScore(
             region, sum(cost(e) for e in mine) / len(mine) if mine else UNOBSERVED, len(mine),
@@ -131,7 +131,8 @@ def order(regions: tuple[str, ...], accelerator: str, history: list[dict[str, An
     return tuple(regions[i] for i in ranked), tuple(scores[i] for i in ranked)
 
 
-def _at(entry: dict[str, Any]) -> datetime | None:
+def entry_at(entry: dict[str, Any]) -> datetime | None:
+    """When a history entry was recorded (None: no readable ``at``)."""
     try:
         return datetime.fromisoformat(entry["at"])
     except (KeyError, TypeError, ValueError):

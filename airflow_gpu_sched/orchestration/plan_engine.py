@@ -17,7 +17,9 @@ back as the next event, until the action is :class:`Succeed` or :class:`Fail`.
   :class:`WaitForJob`, :class:`ReAttach`, :class:`WaitForCapacity`, :class:`Succeed`,
   :class:`Fail`. Each carries ``effects``, done first and in order: :class:`Note` (a log line),
   :class:`Close` (close the current attempt in the ledger), :class:`Move` (the plan falls back
-  to its next position). Falling back is a transition made here: the action returned is the
+  to its next position), :class:`KeepBound` and :class:`NoteWaiting` (the ledger keeps the job's
+  bound before RUNNING, and when a capacity wait began): the actions and their effects are the
+  whole transition of the ledger. Falling back is a transition made here: the action returned is the
   first one at the new position, with the moves that led there among its effects.
 
 The rules that live here: the deadline (steps that cannot finish are skipped, a FLEX_START
@@ -199,7 +201,7 @@ def _resource_read(plan: Plan, state: State, event: ResourceRead) -> Action:
     note = Note("info", f"persistent resource {event.name} is {event.state}{shortages}: waiting up to "
                         f"{wait or 'ever'} for capacity")
     return WaitForCapacity(position=position, step=step, location=location, name=event.name, wait=wait,
-                           effects=(note,))
+                           effects=(note, NoteWaiting(event.now)))
 
 
 def _reservation_read(plan: Plan, state: State, event: ReservationRead) -> Action:
@@ -228,8 +230,8 @@ def _created(plan: Plan, state: State, event: Created) -> Action:
     bound = running_bound(step, event.now, plan.deadline, plan.expected_run_time)
     note = Note("info", f"submitted {event.job_name} ({step.describe()} in {location}, attempt "
                         f"{len(state.attempts) + 1})")
-    return WaitForJob(job_name=event.job_name, running_by=bound[0].timestamp() if bound else None,
-                      why=bound[1] if bound else None, effects=(note,))
+    by, why = (bound[0].timestamp(), bound[1]) if bound else (None, None)
+    return WaitForJob(job_name=event.job_name, running_by=by, why=why, effects=(note, KeepBound(by, why)))
 
 
 def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,

@@ -329,7 +329,23 @@ class Rewind:
     attempts stay: one training run; a SPOT step's preemption budget stays counted)."""
 
 
-Effect = Union[Note, Close, Move, NewRun, Rewind, "CloseMember", "Won"]
+@dataclass(frozen=True)
+class KeepBound:
+    """Keep the current job's bound before RUNNING in the ledger (kept across tries, so a
+    re-attached trigger enforces the same instant); ``by`` None: no bound."""
+
+    by: float | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class NoteWaiting:
+    """A capacity wait begins: the ledger keeps when (its first one; the wait's record counts from it)."""
+
+    since: datetime
+
+
+Effect = Union[Note, Close, Move, NewRun, Rewind, KeepBound, NoteWaiting, "CloseMember", "Won"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -382,7 +398,7 @@ class Submit(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class WaitForJob(Action):
-    """Keep the bound in the ledger, then wait for the job: :class:`JobEnded`."""
+    """Wait for the job (its bound kept in the ledger first: the :class:`KeepBound` effect): :class:`JobEnded`."""
 
     job_name: str
     running_by: float | None = None  # epoch seconds by which it must first be RUNNING
@@ -400,7 +416,7 @@ class ReAttach(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class WaitForCapacity(Action):
-    """Note when the wait began, then wait for free replicas: :class:`CapacityEnded`."""
+    """Wait for free replicas (when the wait began noted first: :class:`NoteWaiting`): :class:`CapacityEnded`."""
 
     position: int
     step: Step

@@ -32,6 +32,7 @@ from airflow_gpu_sched.orchestration.plan_types import (
     Failure,
     FailureKind,
     JobEnded,
+    KeepBound,
     Note,
     Plan,
     RaceMember,
@@ -389,7 +390,7 @@ def _race_ended(plan: Plan, state: State, event: RaceEnded) -> Next:
                              running_bound=winner.running_bound, max_wait=winner.max_wait,
                              try_number=race.try_number)
             return WinnerEnded(won, ended, effects)
-        return WaitForJob(job_name=winner.job_name, effects=effects)
+        return WaitForJob(job_name=winner.job_name, effects=(*effects, KeepBound()))
     closes = tuple(_close_member(plan, state, m, "no_winner") for m in open_members)
     kinds = [m.kind for m in event.members]
     failed = next((m for m in event.members if m.kind in (Event.FAILED, Event.SUCCEEDED)), None)

@@ -27,11 +27,11 @@ def _exit_with(func: Callable[[Any], int]) -> Callable[[Any], None]:
 def get_cli_commands() -> list:
     from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand
 
-    from airflow_gpu_sched.tools.cli import PLATFORM_COMMANDS, _reported
+    from airflow_gpu_sched.tools.cli import PLATFORM_COMMANDS, reported
 
     groups = []
     for group, (group_help, commands) in PLATFORM_COMMANDS.items():
-        actions = [ActionCommand(name=name, help=help_text, func=_exit_with(_reported(func)),
+        actions = [ActionCommand(name=name, help=help_text, func=_exit_with(reported(func)),
                                  args=[Arg(flags, **options) for flags, options in arguments])
                    for name, (func, help_text, arguments) in commands.items()]
         groups.append(GroupCommand(name=group, help=group_help, subcommands=actions))

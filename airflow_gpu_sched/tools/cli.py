@@ -2,7 +2,7 @@
 commands (``jobs``, ``plan``, ``quota``; also under ``airflow gpu-sched``, tools/airflow_cli.py).
 
 :data:`DESCRIPTION` is what ``--help`` shows; this docstring is for readers of the code. Every
-command runs inside :func:`_reported`, the one error handler (tools/exit_codes.py: which
+command runs inside :func:`reported`, the one error handler (tools/exit_codes.py: which
 exception is which exit code).
 
 May import: vertex, orchestration, emulator, tools; never airflow.
@@ -135,7 +135,7 @@ def _client(args: argparse.Namespace, location: str | None = None):
                                 wait=args.wait)
 
 
-def _reported(func: Any) -> Any:
+def reported(func: Any) -> Any:
     """The one error handler: an error the user can act on is one ``error:`` line and its exit code
     (tools/exit_codes.py), not a traceback; a bug keeps its traceback, exit 4."""
     def command(args: argparse.Namespace) -> int:
@@ -271,7 +271,7 @@ def _platform_commands(sub: Any) -> None:
             command = group_sub.add_parser(name, help=help_text, description=help_text)
             for flags, options in arguments:
                 command.add_argument(*flags, **options)
-            command.set_defaults(func=_reported(func))
+            command.set_defaults(func=reported(func))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,13 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     emulator.add_argument("--control-token", action="store_true",
                           help="the control API (/emulator/v1/...) needs a token made for this run, "
                                "printed at start (header X-Emulator-Control-Token)")
-    emulator.set_defaults(func=_reported(_emulator))
+    emulator.set_defaults(func=reported(_emulator))
 
     demo = sub.add_parser("demo", help="run the nightly_retraining example DAG against the emulator")
     demo.add_argument("--speed", type=float, default=120.0, help="emulated seconds per real second")
     demo.add_argument("--strategies", action="store_true",
                       help="instead: one job of each strategy, submitted with the client, life cycles printed")
-    demo.set_defaults(func=_reported(_demo))
+    demo.set_defaults(func=reported(_demo))
 
     timeline = sub.add_parser("timeline", help="write a timeline SVG from an emulator or a task's XCom result")
     source = timeline.add_mutually_exclusive_group(required=True)
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     timeline.add_argument("--task", default="train", help="with --xcom of one return value: the task's name")
     timeline.add_argument("--title", help="with --xcom: the night's title (default: the file name)")
     timeline.add_argument("--out", default="timeline.svg", help="the SVG file to write (default: timeline.svg)")
-    timeline.set_defaults(func=_reported(_timeline))
+    timeline.set_defaults(func=reported(_timeline))
     _platform_commands(sub)
 
     args = parser.parse_args(argv)

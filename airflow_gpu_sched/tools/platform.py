@@ -6,7 +6,7 @@ that reads Vertex AI (the client), the Airflow metadata DB (its ORM session) or 
 
 Which task instance owns a job: the operators label every job with ``managed-by``,
 ``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
-``airflow-try`` (see ``operators/base.py`` ``_labels``). Label values are lowercased and cut to
+``airflow-try`` (see ``orchestration/training_spec.py`` ``labels``). Label values are lowercased and cut to
 63 characters, so a job is matched to the task instances whose ids give the same label values.
 A job with no ``airflow-run`` label (submitted before the label existed) is matched to that
 task in every run: it counts as an orphan only when none of them is alive.
@@ -64,9 +64,9 @@ def make_client(conn_id: str, location: str, project: str | None = None, api_end
 
 
 def label_value(text: str) -> str:
-    from airflow_gpu_sched.operators.base import _label_value
+    from airflow_gpu_sched.orchestration.training_spec import label_value
 
-    return _label_value(text)
+    return label_value(text)
 
 
 # ---------------------------------------------------------------------------------- jobs list
@@ -324,12 +324,13 @@ class QuotaRow:
 
 def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[QuotaRow]:
     """What each (step, region) of the task holds at once against the region's quota."""
+    from airflow_gpu_sched.orchestration import training_spec
     from airflow_gpu_sched.orchestration.quota import NO_QUOTA_STRATEGIES, UNLIMITED, at_once, metric_for
     from airflow_gpu_sched.vertex.client import VertexError
     from airflow_gpu_sched.vertex.job_type_models import quota_limit
 
     project = project or task.project_id
-    parallel = task.job_kind.parallelism(task.job_options())
+    parallel = task.job_kind.parallelism(training_spec.job_options(task))
     rows: list[QuotaRow] = []
     infos_by_region: dict[str, Any] = {}
     checks = [member for index, region in task.positions()

@@ -1,0 +1,40 @@
+"""The triggers a training task waits on, built from the operator's arguments (and, for a job,
+the ledger's bound on its time before RUNNING and the states a trigger already saw): the job's
+and the persistent resource's capacity. A race's trigger is built in :mod:`.race`.
+
+The operator waits on them in one way (``wait_on``): deferred, or the same trigger run in the
+worker until its first event.
+
+May import: vertex, orchestration, triggers, operators; airflow.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
+    from airflow_gpu_sched.triggers import CustomJobTrigger, PersistentCapacityTrigger
+
+
+def job_trigger(op: Any, ledger: SubmissionLedger, job_name: str) -> CustomJobTrigger:
+    """The job's trigger, under the ledger's bound on its time before RUNNING."""
+    from airflow_gpu_sched.triggers import CustomJobTrigger
+
+    running_by, why = ledger.running_bound
+    return CustomJobTrigger(job_name, op.gcp_conn_id, op.poll_interval, op.transient_error_window,
+                            running_by=running_by, bound_reason=why, impersonation_chain=op.impersonation_chain,
+                            stream_logs=op.stream_logs, log_lines_per_minute=op.log_lines_per_minute,
+                            observed=ledger.observed(job_name))
+
+
+def capacity_trigger(op: Any, resource_name: str, job_spec_json: dict[str, Any],
+                     wait: timedelta | None) -> PersistentCapacityTrigger:
+    """Free replicas on the persistent resource for the job's pools, for at most ``wait``."""
+    from airflow_gpu_sched.triggers import PersistentCapacityTrigger
+
+    deadline = time.time() + wait.total_seconds() if wait is not None else None
+    return PersistentCapacityTrigger(resource_name, job_spec_json, deadline, op.gcp_conn_id, op.poll_interval,
+                                     op.transient_error_window, impersonation_chain=op.impersonation_chain)
