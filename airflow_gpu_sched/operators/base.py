@@ -129,6 +129,9 @@ class VertexTrainingOperator(BaseOperator):
         fails at once with ``TrainingJobFailedNoRetry`` (an ``AirflowFailException``), whatever
         its ``retries``, since a failed run of many GPUs for hours is the cost of repeating it;
         capacity, quota and API outcomes are retried either way (docs/operators.md, "Retries").
+    :param max_failure_resubmits, resubmit_on: resubmit a job that FAILED with a hardware-shaped error (NCCL
+        timeout, uncorrectable ECC, Xid; exit codes, regexes) from the same checkpoints, at most this many times a
+        run (default 0: never); anything else stays the user's failure (docs/resubmit.md).
     :param fallback: steps tried after this operator's own when capacity does not come.
     :param regions_first: on a capacity outcome try the step's next region before the next step
         (default), or every step in one region before the next region.
@@ -219,6 +222,8 @@ class VertexTrainingOperator(BaseOperator):
         stream_logs: bool = True,
         log_lines_per_minute: int | None = 600,
         failure_log_lines: int = 50,
+        resubmit_on: list[int | str] | None = None,
+        max_failure_resubmits: int = 0,
         **kwargs: Any,
     ) -> None:
         from airflow_gpu_sched.orchestration.job_types import get_job_type
@@ -270,6 +275,8 @@ class VertexTrainingOperator(BaseOperator):
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
         self.retry_on_user_code_failure = bool(retry_on_user_code_failure)
+        self.resubmit_on, self.max_failure_resubmits = resubmit_on, max_failure_resubmits
+        self.resubmit = _resubmit_policy(resubmit_on, max_failure_resubmits)  # checked now: a clear error
         self.stream_logs = bool(stream_logs)
         self.log_lines_per_minute = _count_limit("log_lines_per_minute", log_lines_per_minute, allow_none=True)
         self.failure_log_lines = _count_limit("failure_log_lines", failure_log_lines)
@@ -375,7 +382,7 @@ class VertexTrainingOperator(BaseOperator):
                        deadline=self._deadline(context, ledger), expected_run_time=self.expected_run_time,
                        quota_preflight=self.quota_preflight, checkpoints=self.base_output_dir,
                        retry_on_user_code_failure=self.retry_on_user_code_failure,
-                       budget=budget_for(self, ledger, context))
+                       budget=budget_for(self, ledger, context), resubmit=self.resubmit)
 
     def _deadline(self, context: Context, ledger: SubmissionLedger) -> datetime | None:
         """The plan's deadline. A timedelta counts from the data interval's end; in a manual
@@ -813,6 +820,16 @@ def _count_limit(name: str, value: Any, allow_none: bool = False) -> int | None:
         rule = "a whole number >= 0" + (" or None" if allow_none else "")
         raise InvalidTrainingSpec([Violation(name, f"must be {rule} (got {value!r})")])
     return value
+
+
+def _resubmit_policy(resubmit_on: Any, max_failure_resubmits: Any) -> Any:
+    from airflow_gpu_sched.orchestration.resubmit import ResubmitSpecError, policy
+    from airflow_gpu_sched.vertex.rules import Violation
+    try:
+        return policy(resubmit_on, max_failure_resubmits)
+    except ResubmitSpecError as exc:
+        field, _, rule = str(exc).partition(": ")
+        raise InvalidTrainingSpec([Violation(field, rule)]) from None
 
 
 def _duration_arg(name: str, value: Any) -> timedelta | None:

@@ -172,6 +172,8 @@ def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close,
         race.mark_winner(ledger, record)
     if close.state:
         record.update(state=close.state, error=close.error)
+    if close.resubmit:  # resubmitted for a hardware-shaped failure: counted (orchestration/resubmit.py)
+        record["resubmit"] = close.resubmit
     ledger.finish_attempt(record, close.preemptions, completed=close.completed)
     observe.attempt_closed(op, record, close.preemptions, f"{job.name} ended {job.state.value}")
 
