@@ -6,6 +6,7 @@ counted in the ledger across Airflow retries; a user failure is never resubmitte
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -110,6 +111,38 @@ def test_bad_arguments_are_refused_when_the_dag_is_parsed(kwargs, field, rule):
         _spot(**kwargs)
     assert [v.path for v in raised.value.violations] == [field]
     assert rule in raised.value.violations[0].rule and field in str(raised.value)
+
+
+def test_the_engine_resubmits_while_the_ledgers_count_allows_and_marks_the_attempt():
+    """Pure: the decision on a FAILED job, with the count read from the ledger's attempts."""
+    from airflow_gpu_sched.orchestration.outcomes import Event
+    from airflow_gpu_sched.orchestration.plan_engine import (Close, Fail, JobEnded, Note, Plan, State, Submit,
+                                                              decide)
+    from airflow_gpu_sched.orchestration.plans import SpotStep
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    plan = Plan.of([SpotStep()], LOCATION, project=PROJECT, quota_preflight=False, checkpoints=CHECKPOINTS,
+                   resubmit=resubmit.policy(None, 2))
+    ended = JobEnded(now=now, kind=Event.FAILED, job_name="j1", job_state="JOB_STATE_FAILED",
+                     job_error=VERTEX_EXIT.format(1), log_tail=ECC, try_number=1)
+    fresh = State.of({"job_name": "j1", "job_try": 1, "attempts": []})
+    action = decide(plan, fresh, ended)
+    assert isinstance(action, Submit) and action.position == 0
+    closes = [e for e in action.effects if isinstance(e, Close)]
+    assert [c.resubmit for c in closes] == ["ecc_error"]
+    assert any("resubmitting (1 of max_failure_resubmits=2)" in e.text for e in action.effects if isinstance(e, Note))
+
+    spent = State.of({"job_name": "j1", "job_try": 1, "attempts": [{"position": 0, "resubmit": "xid"},
+                                                                     {"position": 0, "resubmit": "ecc_error"}]})
+    action = decide(plan, spent, ended)
+    assert isinstance(action, Fail) and action.failure.kind == "TrainingJobFailedNoRetry"
+    assert [c.resubmit for c in action.effects if isinstance(c, Close)] == [None]  # not resubmitted: not counted
+    assert any("is spent (2 resubmitted)" in e.text for e in action.effects if isinstance(e, Note))
+
+    user = replace(ended, log_tail="\n".join(USER_LINES))
+    assert isinstance(decide(plan, fresh, user), Fail)
+    off = Plan.of([SpotStep()], LOCATION, project=PROJECT, quota_preflight=False)  # the default: never
+    assert isinstance(decide(off, fresh, ended), Fail)
 
 
 # ---------------------------------------------------------------------------------------- the emulator
@@ -259,8 +292,9 @@ def airflow(airflow_db, fast_emulator):
     return fast_emulator
 
 
-@pytest.mark.parametrize("second", ["succeeds", "fails-hardware-shaped-again"])
-def test_an_airflow_retry_between_resubmits_re_attaches_and_keeps_the_count(airflow, second):
+@pytest.mark.parametrize("second, deferrable", [("succeeds", False), ("succeeds", True),
+                                                ("fails-hardware-shaped-again", False)])
+def test_an_airflow_retry_between_resubmits_re_attaches_and_keeps_the_count(airflow, second, deferrable):
     """dag.test(): try 1 resubmits after a hardware-shaped failure, then its worker dies while
     waiting for the new job; try 2 re-attaches to that job (no third job); when it too fails
     hardware-shaped, the ledger's count says the budget (1) is spent."""
@@ -277,11 +311,11 @@ def test_an_airflow_retry_between_resubmits_re_attaches_and_keeps_the_count(airf
                 raise SystemExit("worker killed")
             return super().wait_for_job(context, job_name, *args, **kwargs)
 
-    with DAG(f"resubmit_retry_{second.replace('-', '_')}", schedule=None, start_date=START) as dag:
+    with DAG(f"resubmit_retry_{second.replace('-', '_')}_{deferrable}", schedule=None, start_date=START) as dag:
         DiesWaitingForTheResubmit(task_id="train", project_id=PROJECT, location=LOCATION,
                                   image_uri="gcr.io/p/trainer:1", poll_interval=0.02, retries=2,
                                   retry_delay=timedelta(0), base_output_dir=CHECKPOINTS, max_failure_resubmits=1,
-                                  **A100)
+                                  deferrable=deferrable, **A100)
     from tests.airflow_harness import run_dag
 
     result = run_dag(dag, logical_date=START)
