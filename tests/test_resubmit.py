@@ -170,7 +170,12 @@ def test_the_emulator_fails_a_job_with_the_given_exit_code_message_and_log_lines
         fast_emulator.advance(200)
         jobs = [client.get_custom_job(n) for n in names]
         flt = cloud_logging.jobs_filter([names[0].rsplit("/", 1)[1]], min_severity="ERROR")
-        lines = [e.text_payload for e in client.list_log_entries_page(flt, 50).entries]
+        lines, token = [], None
+        for _ in range(100):  # pages may be short or empty and still go on (variant listPages: short)
+            page = client.list_log_entries_page(flt, 50, token)
+            lines += [e.text_payload for e in page.entries]
+            if not (token := page.next_page_token):
+                break
     assert [j.state.value for j in jobs] == ["JOB_STATE_FAILED", "JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"]
     assert jobs[0].error.message.startswith(VERTEX_EXIT.format(134).split(" Termination")[0])
     assert jobs[0].error.code == 3 and jobs[1].error.message == ECC
@@ -196,9 +201,14 @@ def _spot(**kw):
 
 
 def _jobs(emulator) -> list[dict]:
-    """Every custom job, oldest first."""
-    found = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
-                         timeout=5).json().get("customJobs", [])
+    """Every custom job, oldest first (every page: variant listPages: short)."""
+    found, token = [], ""
+    for _ in range(1000):
+        page = requests.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
+                            params={"pageToken": token} if token else {}, timeout=5).json()
+        found += page.get("customJobs", [])
+        if not (token := page.get("nextPageToken")):
+            break
     return list(reversed(found))
 
 
