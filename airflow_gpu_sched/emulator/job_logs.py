@@ -113,6 +113,8 @@ def _ending(record: Any, state: str, when: datetime, replicas: list[str], add: A
         lines = ["Traceback (most recent call last):", '  File "/app/train.py", line 88, in <module>',
                  "    main()", '  File "/app/train.py", line 61, in main', "    loss = step(batch)",
                  f"RuntimeError: training failed at step {step} (exit status {record.exit_code})"]
+        if record.failure is not None and record.failure.log_lines is not None:
+            lines = list(record.failure.log_lines)  # injected (scenario jobFailures)
         for i, line in enumerate(lines):
             add(replicas[0], "ERROR", when, f"end-tb-{i}", line)
         add("service", "ERROR", when, "end-service",

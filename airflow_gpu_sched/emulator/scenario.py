@@ -79,6 +79,21 @@ class QuotasSetting(_Camel):
     deny: bool | None = None
 
 
+class JobFailure(_Camel):
+    """A failure injected into one custom job (fault injection: the emulator's, not an API of
+    Vertex): the job runs ``after_seconds`` (None: its own run time), then ends FAILED as a
+    non-zero exit does, error code 3 (observed: vertex-ai-samples#1504, "code: 3"), with
+    ``message`` as its ``error.message`` (None: Vertex's own wording, "The replica workerpool0-0
+    exited with a non-zero status of <exit_code>. ...") and ``log_lines`` as the failing replica's
+    last ERROR lines (None: the emulator's traceback). What real hardware failures say:
+    docs/resubmit.md."""
+
+    exit_code: int = Field(1, ge=1, le=255)
+    message: str | None = Field(None, max_length=4096)
+    log_lines: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=100)
+    after_seconds: Seconds | None = None
+
+
 class Faults(_Camel):
     error_rate: Rate = 0.0
     status_codes: list[Annotated[int, Field(ge=400, le=599)]] = Field(default_factory=lambda: [429, 503],
@@ -174,6 +189,9 @@ class Scenario(_Camel):
     quotas: list[QuotaLimit] = Field(default_factory=list)  # Cloud Quotas limits per metric and region
     default_gpu_quota: Count = 64  # what the quota API reports for a metric never set (not enforced)
     faults: Faults = Field(default_factory=Faults)
+    # Injected job failures, one each for the next custom jobs created (trials' and pipelines'
+    # jobs too), in creation order; a job past the list runs as its env says.
+    job_failures: list[JobFailure] = Field(default_factory=list, max_length=1000)
     variants: Variants = Field(default_factory=Variants)  # assumed behaviours: pick a variant
     persistent_resources: list[SeededPersistentResource] = Field(default_factory=list)
     reservations: list[SeededReservation] = Field(default_factory=list)  # Compute Engine reservations

@@ -122,6 +122,8 @@ class VertexTrainingOperator(BaseOperator):
         stream_logs: bool = True,
         log_lines_per_minute: int | None = 600,
         failure_log_lines: int = 50,
+        resubmit_on: list[int | str] | None = None,
+        max_failure_resubmits: int = 0,
         **kwargs: Any,
     ) -> None:
         given = {name: value for name, value in locals().items() if name not in ("self", "kwargs", "__class__")}

@@ -96,7 +96,7 @@ def engine_plan(op: Any, context: Any, ledger: SubmissionLedger) -> engine.Plan:
                           deadline=_deadline(op, context, ledger), expected_run_time=op.expected_run_time,
                           quota_preflight=op.quota_preflight, checkpoints=op.base_output_dir,
                           retry_on_user_code_failure=op.retry_on_user_code_failure,
-                          budget=budget_for(op, ledger, context))
+                          budget=budget_for(op, ledger, context), resubmit=op.resubmit)
 
 
 def _deadline(op: Any, context: Any, ledger: SubmissionLedger) -> datetime | None:
@@ -227,6 +227,8 @@ def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close,
         race.mark_winner(ledger, record)
     if close.state:
         record.update(state=close.state, error=close.error)
+    if close.resubmit:  # resubmitted for a hardware-shaped failure: counted (orchestration/resubmit.py)
+        record["resubmit"] = close.resubmit
     ledger.finish_attempt(record, close.preemptions, completed=close.completed)
     observe.attempt_closed(op, record, close.preemptions, f"{job.name} ended {job.state.value}")
 

@@ -144,7 +144,8 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
     """The task's return value (XCom): exactly :data:`RESULT_KEYS`, then the job type's own
     ``outputs`` (trials, model; see :mod:`job_types`); each attempt :data:`ATTEMPT_KEYS`."""
     shown = [{**{k: a.get(k) for k in ATTEMPT_KEYS}, "cost": attempt_cost(a, prices),
-              **({"race": a["race"]} if a.get("race") else {})} for a in attempts]
+              **({"race": a["race"]} if a.get("race") else {}),
+              **({"resubmit": a["resubmit"]} if a.get("resubmit") else {})} for a in attempts]
     costs = [a["cost"] for a in shown if a["cost"] is not None]
     last = attempts[-1]
     return {

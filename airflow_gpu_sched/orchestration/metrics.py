@@ -10,15 +10,17 @@ keeps its segments.
 
 The types are chosen so that a dashboard's sum is right:
 
-========================  =========  ==================================================
-metric                    type       value (one per attempt unless said)
-========================  =========  ==================================================
-gpu_sched.capacity_wait   timer      createTime -> first RUNNING observed (or end), ms
-gpu_sched.preemptions     counter    preemptions observed (a lower bound on SPOT)
-gpu_sched.fallbacks       counter    1 per move of the plan to another step or region
-gpu_sched.gpu_hours       counter    the attempt's GPU-hours (a float count)
-gpu_sched.cost            counter    the attempt's cost in the price table's currency
-========================  =========  ==================================================
+===========================  =========  ==================================================
+metric                       type       value (one per attempt unless said)
+===========================  =========  ==================================================
+gpu_sched.capacity_wait      timer      createTime -> first RUNNING observed (or end), ms
+gpu_sched.preemptions        counter    preemptions observed (a lower bound on SPOT)
+gpu_sched.fallbacks          counter    1 per move of the plan to another step or region
+gpu_sched.gpu_hours          counter    the attempt's GPU-hours (a float count)
+gpu_sched.cost               counter    the attempt's cost in the price table's currency
+gpu_sched.failure_resubmits  counter    1 per job resubmitted after a hardware-shaped
+                                        failure, tagged ``reason`` (the rule that matched)
+===========================  =========  ==================================================
 
 GPU-hours and cost are counters incremented by the attempt's value, not gauges: a StatsD gauge
 keeps the last value per flush interval, so two tasks (or two attempts) ending in one interval
@@ -44,6 +46,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fallbacks": ("counter", ("strategy",)),
     "gpu_hours": ("counter", ("strategy",)),
     "cost": ("counter", ("strategy",)),
+    "failure_resubmits": ("counter", ("strategy",)),
 }
 
 
@@ -91,6 +94,8 @@ def attempt_metrics(dag_id: str, task_id: str, record: dict[str, Any], preemptio
         found.append(metric("gpu_hours", float(record["gpu_hours"]), tags))
     if cost:
         found.append(metric("cost", float(cost), {**tags, "currency": currency or "none"}))
+    if record.get("resubmit"):  # its job failed hardware-shaped and a new one was submitted
+        found.append(metric("failure_resubmits", 1, {**tags, "reason": str(record["resubmit"])}))
     return found
 
 

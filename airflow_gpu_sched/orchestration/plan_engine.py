@@ -48,6 +48,7 @@ from airflow_gpu_sched.orchestration.plan_types import current as _current
 from airflow_gpu_sched.orchestration.plan_types import quota_failure as _quota_failure
 from airflow_gpu_sched.orchestration.plans import PersistentResourceStep, RaceStep, ReservationStep, SpotStep, running_bound
 from airflow_gpu_sched.orchestration.race_engine import *  # noqa: F403 (a race's actions, events, effects)
+from airflow_gpu_sched.orchestration.resubmit import Verdict, classify
 from airflow_gpu_sched.vertex.models import format_duration
 
 
@@ -282,6 +283,14 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
                                     "problem, not resubmitted", name, said or event.message,
                                     log_tail=event.log_tail), effects=effects)
     if kind is Event.FAILED:  # the user's code (or a timeout): never resubmitted by the plan, never falls back
+        if not (earlier_try and cleared):  # a clear trains anew whatever the failure was
+            verdict = classify(plan.resubmit, said, event.log_tail)
+            if verdict.kind == "hardware" and state.failure_resubmits < plan.resubmit.budget:
+                return _resubmit(plan, state, event, verdict, effects, step, location)
+            if verdict.kind == "hardware":  # the budget is spent: the user's failure, as below, saying so
+                effects = (*effects, Note("warning", (
+                    f"{name} failed with a hardware-shaped error ({verdict.why}), but max_failure_resubmits="
+                    f"{plan.resubmit.budget} is spent ({state.failure_resubmits} resubmitted): not resubmitted")))
         if earlier_try and (cleared or plan.retry_on_user_code_failure):
             # An earlier try's job failed and no one saw it (its worker died): this try is the
             # rerun a clear asks for, or the retry the operator was told to make.
@@ -325,6 +334,22 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
     else:
         failure = Failure("CapacityUnavailable", f"the job ended by {kind.value}", name, said)
     return _fall_back(plan, index, failure, event.now, effects)
+
+
+def _resubmit(plan: Plan, state: State, event: JobEnded, verdict: Verdict, effects: tuple[Effect, ...],
+              step: Any, location: str) -> Action:
+    """A FAILED job whose error a ``resubmit_on`` rule matched, with ``max_failure_resubmits`` left:
+    a new job of the same step, from the same checkpoints; the closed attempt (the last effect) is
+    marked with the rule, which is what the budget counts (the ledger's attempts)."""
+    used, budget = state.failure_resubmits + 1, plan.resubmit.budget  # with this one
+    note = Note("warning", f"{event.job_name} failed with a hardware-shaped error ({verdict.why}): resubmitting "
+                           f"({used} of max_failure_resubmits={budget}), resuming from the checkpoints in "
+                           f"{plan.checkpoints or '(no base_output_dir!)'}")
+    effects = (*effects[:-1], replace(effects[-1], resubmit=verdict.rule), note)
+    if isinstance(plan.at(state.position)[0], RaceStep):  # the race's winner again, as after a preemption
+        return Submit(position=state.position, step=step, location=location, effects=effects)
+    # the step from its start: the deadline, the budget and the step's reads apply to the new job too
+    return _start(plan, state.position, event.now, effects)
 
 
 def _past_kept_bound(state: State, event: JobEnded) -> bool:

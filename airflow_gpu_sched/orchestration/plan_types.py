@@ -34,6 +34,7 @@ class Plan:
     checkpoints: str | None = None  # base_output_dir: a resubmission resumes from it
     retry_on_user_code_failure: bool = False  # an Airflow retry after a user-code failure submits a new job
     budget: Any = None  # orchestration/budget.py Budget: steps over a price cap or the budget are skipped
+    resubmit: Any = None  # orchestration/resubmit.py Policy: hardware-shaped failures resubmitted (None: never)
 
     @classmethod
     def of(cls, steps: list[Step], location: str, regions_first: bool = True, **knobs: Any) -> Plan:
@@ -61,6 +62,7 @@ class State:
     failure: Failure | None = None  # what an earlier try of this run failed with (the ledger's ``failed``)
     failed_try: int | None = None  # the try that failed so
     race: RaceState | None = None  # the current position's race, when it is one (the ledger's ``race``)
+    failure_resubmits: int = 0  # jobs of this run resubmitted after a hardware-shaped failure
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> State:
@@ -74,7 +76,8 @@ class State:
                    attempts=tuple((a.get("position"), a.get("outcome")) for a in data.get("attempts", [])),
                    job_name=data.get("job_name"), job_try=data.get("job_try"), running_by=bound.get("by"),
                    running_why=bound.get("why"), waiting_since=datetime.fromisoformat(since) if since else None,
-                   race=RaceState.of(data.get("race")))
+                   race=RaceState.of(data.get("race")),
+                   failure_resubmits=sum(1 for a in data.get("attempts", []) if a.get("resubmit")))
 
     def preempted_at(self, position: int) -> int:
         return sum(1 for p, outcome in self.attempts if p == position and outcome == Event.PREEMPTED.value)
@@ -292,6 +295,7 @@ class Close:
     waited: float = 0.0  # a no-job attempt: seconds waited
     preemptions: int = 0
     completed: bool = False
+    resubmit: str | None = None  # resubmitted after a hardware-shaped failure: the rule that matched
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ JOB_ARGS = ("project_id", "location", "display_name", "worker_pool_specs", "job_
 JOB_TYPE_ARGS = ("job_type", "study_spec", "max_trial_count", "parallel_trial_count", "max_failed_trial_count",
                  "model_display_name", "model_serving_image_uri", "parent_model")
 PLAN_ARGS = ("plan", "fallback", "regions_first", "deadline", "expected_run_time", "prices", "budget", "run_budget",
-             "quota_preflight", "retry_on_user_code_failure")
+             "quota_preflight", "retry_on_user_code_failure", "resubmit_on", "max_failure_resubmits")
 CONNECTION_ARGS = ("gcp_conn_id", "impersonation_chain", "deferrable", "poll_interval", "transient_error_window")
 OBSERVABILITY_ARGS = ("on_capacity_acquired", "on_preempted", "on_fallback", "stream_logs", "log_lines_per_minute",
                       "failure_log_lines")
@@ -96,6 +96,9 @@ PARAMETERS = """
         fails at once with ``TrainingJobFailedNoRetry`` (an ``AirflowFailException``), whatever
         its ``retries``, since a failed run of many GPUs for hours is the cost of repeating it;
         capacity, quota and API outcomes are retried either way (docs/operators.md, "Retries").
+    :param max_failure_resubmits, resubmit_on: resubmit a job that FAILED with a hardware-shaped error (NCCL
+        timeout, uncorrectable ECC, Xid; exit codes, regexes) from the same checkpoints, at most this many times a
+        run (default 0: never); anything else stays the user's failure (docs/resubmit.md).
     :param fallback: steps tried after this operator's own when capacity does not come.
     :param regions_first: on a capacity outcome try the step's next region before the next step
         (default), or every step in one region before the next region.
@@ -160,6 +163,8 @@ def store(op: Any, given: dict[str, Any]) -> None:
     for name in ("on_capacity_acquired", "on_preempted", "on_fallback"):
         setattr(op, name, given[name])
     op.retry_on_user_code_failure = bool(given["retry_on_user_code_failure"])
+    op.resubmit_on, op.max_failure_resubmits = given["resubmit_on"], given["max_failure_resubmits"]
+    op.resubmit = resubmit_policy(op.resubmit_on, op.max_failure_resubmits)  # checked now: a clear error
     op.stream_logs = bool(given["stream_logs"])
     op.log_lines_per_minute = count_limit("log_lines_per_minute", given["log_lines_per_minute"], allow_none=True)
     op.failure_log_lines = count_limit("failure_log_lines", given["failure_log_lines"])
@@ -174,6 +179,18 @@ def store(op: Any, given: dict[str, Any]) -> None:
     else:
         op.plan_spec = [*(plan if plan is not None else op.own_steps()), *(fallback or [])]
     op.plan = parse_plan(op, ignore_templates=True)
+
+
+def resubmit_policy(resubmit_on: Any, max_failure_resubmits: Any) -> Any:
+    """The hardware-failure resubmit policy (orchestration/resubmit.py); a bad one names its field."""
+    from airflow_gpu_sched.orchestration.resubmit import ResubmitSpecError, policy
+    from airflow_gpu_sched.vertex.rules import Violation
+
+    try:
+        return policy(resubmit_on, max_failure_resubmits)
+    except ResubmitSpecError as exc:
+        field, _, rule = str(exc).partition(": ")
+        raise InvalidTrainingSpec([Violation(field, rule)]) from None
 
 
 def set_scalars(op: Any, values: dict[str, Any], keep_templates: bool) -> None:

@@ -93,6 +93,10 @@ class CustomJobs:
         except ValueError:
             raise violations_error([Violation("jobSpec.workerPoolSpecs[0].containerSpec.env",
                                               f"{RUN_SECONDS_ENV} must be a number and {EXIT_CODE_ENV} an integer")])
+        failure = self.store.job_failures.pop(0) if self.store.job_failures else None
+        if failure is not None:  # injected (scenario jobFailures): it fails so, after its run time
+            exit_code = failure.exit_code
+            run_seconds = run_seconds if failure.after_seconds is None else failure.after_seconds
         job_id = str(self.store.new_id())
         job = job.model_copy(update={
             "name": f"projects/{project}/locations/{location}/customJobs/{job_id}",
@@ -102,7 +106,7 @@ class CustomJobs:
         record = JobRecord(job=job, project=project, location=location, seq=self.store.next_seq(), tier=tier,
                            demand=demand, run_seconds=run_seconds, exit_code=exit_code,
                            eligible_at=now + timedelta(seconds=scenario.queue_seconds), owner=owner,
-                           quota=quota, reservation=reservation)
+                           quota=quota, reservation=reservation, failure=failure)
         job.state = self.runs.waiting_state(record)
         record.history = [(job.state.value, now)]
         created = self.store.stats["jobsCreated"]

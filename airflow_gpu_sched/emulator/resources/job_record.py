@@ -34,6 +34,7 @@ class JobRecord:
     quota: dict[str, int] = field(default_factory=dict)  # quota metric -> GPUs, held while ``holds``
     reservation: str | None = None  # the reservation its affinity names, or "ANY" (emulator/reservations.py)
     reserved: str | None = None  # the reservation it holds VMs of now
+    failure: Any = None  # an injected scenario.JobFailure: how it ends (its message, its log lines)
     _wire: dict | None = None
 
     @property

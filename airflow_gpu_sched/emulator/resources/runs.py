@@ -174,8 +174,9 @@ class JobRuns:
 
     def _finish(self, record: JobRecord, when: datetime) -> None:
         if record.exit_code:
+            injected = record.failure.message if record.failure is not None else None
             self._fail(record, when, error_status(
-                "INVALID_ARGUMENT",
+                "INVALID_ARGUMENT", injected or
                 f"The replica workerpool0-0 exited with a non-zero status of {record.exit_code}. "
                 f"To find out more about why your job exited please check the logs: {record.logs_url()}"))
         else:

@@ -103,6 +103,7 @@ class Store:
         self.clock = EmulatedClock(scenario.speed)
         self.rng = random.Random(scenario.seed)
         self.jobs: dict[str, JobRecord] = {}  # every custom job, in creation order
+        self.job_failures = list(scenario.job_failures)  # injected: the next jobs created take one each
         self.stats: dict[str, Any] = {"requests": {}, "faultsInjected": 0, "jobsCreated": {},
                                       "preemptions": 0, "serviceRestarts": 0, "cancels": 0}
         self._seq = itertools.count()
