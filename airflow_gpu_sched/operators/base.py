@@ -137,6 +137,7 @@ class VertexTrainingOperator(BaseOperator):
         FLEX_START wait is clipped to the time left; past it the task fails with
         :class:`DeadlineExceeded`.
     :param expected_run_time: how long the job runs once it has its GPUs (for the deadline).
+    :param plan_objective: ``"cost"`` / ``"time"``: steps without their own ``region_order`` order theirs cheapest / observed (docs/cost.md).
     :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
         "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON, or
         ``"catalog"`` / ``"catalog:<Variable>"``: Google's billing catalog, that table for what it lacks (docs/cost.md).
@@ -211,6 +212,7 @@ class VertexTrainingOperator(BaseOperator):
         expected_run_time: timedelta | float | str | None = None,
         prices: dict[str, Any] | str | None = None,
         budget: float | None = None,
+        plan_objective: str | None = None,
         run_budget: Any = None,
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
@@ -266,6 +268,7 @@ class VertexTrainingOperator(BaseOperator):
                                poll_interval=poll_interval, prices=prices), keep_templates=True)
         self.budget = budget  # orchestration/budget.py: checked with the other arguments below
         self.run_budget = run_budget  # a RunBudget shared by the DAG run's tasks (orchestration/run_budget.py)
+        self.plan_objective = plan_objective  # operators/region_order.py (checked with the other arguments)
         self.on_capacity_acquired = on_capacity_acquired
         self.on_preempted = on_preempted
         self.on_fallback = on_fallback
@@ -439,7 +442,8 @@ class VertexTrainingOperator(BaseOperator):
         found = self.job_kind.violations(self.job_options())
         found += check_regions(self.plan, self.location)
         found += [Violation(*rule.split(": ", 1))
-                  for rule in check_budget_args(self.budget, self.expected_run_time, self.run_budget)]
+                  for rule in check_budget_args(self.budget, self.expected_run_time, self.run_budget)
+                  + region_order.check_objective(self.plan_objective)]
         if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
             found = [v for v in found if not job_spec.has_template(getattr(self, _argument(v.path), None))]
         for index, planned in enumerate(self.plan):
@@ -518,7 +522,7 @@ class VertexTrainingOperator(BaseOperator):
         self.validated_job(context)  # bad input fails here, before any API call
         with vertex_reachable():
             ledger = SubmissionLedger.from_context(context)
-            region_order.apply(self, ledger)  # region_order="observed": this run's order, kept in the ledger
+            region_order.apply(self, ledger, context)  # region_order="observed"/"cheapest": this run's order, kept
             if not ledger.durable:
                 self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
             return self._run(context, ledger, *self._try_started(context, ledger))

@@ -422,10 +422,13 @@ class Fail(Action):
 # ---------------------------------------------------------------------------------------- rules both read
 
 
-def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | None, str | None]:
-    """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run)."""
+def deadline_budget(plan: Plan, step: Step, now: datetime,
+                    location: str | None = None) -> tuple[timedelta | None, str | None]:
+    """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run).
+    A FLEX_START step with ``max_wait_duration="observed"`` asks for its wait learned in ``location``."""
     if plan.deadline is None:
-        return None, None
+        learned = isinstance(step, FlexStartStep) and step.observed_wait
+        return (step.wait_in(location) if learned else None), None  # type: ignore[union-attr]
     deadline = plan.deadline
     left = deadline - now
     needed = plan.expected_run_time or timedelta(0)
@@ -437,7 +440,7 @@ def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | 
         if wait < MIN_FLEX_START_WAIT:
             return None, (f"deadline {deadline.isoformat()}: only {wait} would be left to wait for FLEX_START "
                           f"capacity (less than {MIN_FLEX_START_WAIT}): FLEX_START skipped")
-        own = step.max_wait_duration
+        own = step.wait_in(location)
         return (wait if not own or own > wait else own), None
     return wait, None
 
