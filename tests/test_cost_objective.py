@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from airflow_gpu_sched.orchestration import observed
 from airflow_gpu_sched.orchestration.cheapest import cheapest_order
-from airflow_gpu_sched.orchestration.learned_wait import HEADROOM, MIN_SAMPLES, MIN_WAIT, learned_wait
+from airflow_gpu_sched.orchestration.learned_wait import (HEADROOM, MIN_SAMPLES, MIN_SHARED_WAIT, MIN_WAIT, learned_wait,
+                                                         share_slack)
 from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, PlanError, parse_step
 from tests.airflow_harness import run_dag
@@ -42,26 +43,53 @@ max_st = st.one_of(st.none(), st.integers(min_value=1, max_value=86_400 * 2).map
 @settings(max_examples=300, deadline=None)
 @given(waits_st, max_st)
 def test_a_learned_wait_is_never_over_the_users_max_and_never_under_the_minimum_when_learned(waits, most):
-    history = [seen(A, w, days_ago=1 + i / 100) for i, w in enumerate(waits)]
+    history = [seen(A, w, days_ago=1 + (len(waits) - i) / 100) for i, w in enumerate(waits)]  # oldest first
     found = learned_wait(history, A, L4, NOW, most)
+    ran = [w for w in waits[-observed.PER_REGION:] if w is not None]
+    assert found.samples == len(ran) and found.stockouts == len(waits[-observed.PER_REGION:]) - len(ran)
     if most is not None:
         assert found.wait <= most
-    if found.quantile is None:  # too few samples: the user's max, else the service's default
-        assert len(waits[-observed.PER_REGION:]) < MIN_SAMPLES
+    if found.quantile is None:  # too few jobs seen RUNNING: the user's max, else the service's default
+        assert len(ran) < MIN_SAMPLES
         assert found.wait == (most if most is not None else timedelta(days=1))
-    elif math.isinf(found.quantile):  # the region often never delivered: waiting less will not help
-        assert found.wait == (most if most is not None else timedelta(days=1))
-    else:
+    else:  # stockouts never lengthen it: waiting longer there did not help
+        assert found.quantile in ran
         assert found.wait >= min(MIN_WAIT, most or MIN_WAIT)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.floats(min_value=0, max_value=20_000)), st.booleans()), max_size=8),
+       st.floats(min_value=-10_000, max_value=50_000))
+def test_shared_waits_fit_the_slack_after_the_bounds_of_the_others_and_are_never_zero(tried, slack):
+    shared = share_slack(tried, slack)
+    learned = [(w, own) for (own, is_learned), w in zip(tried, shared) if is_learned]
+    assert [w for (own, is_learned), w in zip(tried, shared) if not is_learned] == [o for o, l in tried if not l]
+    assert all(w >= MIN_SHARED_WAIT.total_seconds() for w, _ in learned)  # 0 would ask FLEX_START to wait forever
+    assert all(w <= max(own or 0.0, MIN_SHARED_WAIT.total_seconds()) for w, own in learned)
+    room = slack - sum(o or 0.0 for o, l in tried if not l)
+    assert sum(w for w, _ in learned) <= max(room, 0.0) + MIN_SHARED_WAIT.total_seconds() * len(learned) + 1e-6
+
+
+def test_a_spot_step_with_observed_preemptions_needs_its_wasted_runs_before_the_deadline():
+    from airflow_gpu_sched.orchestration.plan_types import Plan, deadline_budget
+    from airflow_gpu_sched.orchestration.plans import SpotStep
+
+    step = SpotStep(locations=(A, B), observed_preemptions=((A, 2.0),))
+    plan = Plan.of([step], A, True, project=PROJECT, deadline=NOW + timedelta(hours=5),
+                   expected_run_time=timedelta(hours=3))
+    assert deadline_budget(plan, step, NOW, B) == (timedelta(hours=2), None)  # 5 h left, 3 h run
+    wait, why = deadline_budget(plan, step, NOW, A)  # two preemptions: 3 h x (1 + 2 x 0.5) = 6 h > 5 h
+    assert wait is None and "SPOT skipped" in why
+
+
 def test_the_learned_wait_is_the_90th_percentile_with_headroom_from_flex_start_samples_of_that_region():
-    history = [seen(A, s) for s in (300, 400, 500, 600, 1200)] + [
+    history = [seen(A, s) for s in (300, 400, 500, 600, 1200)] + [seen(A, None)] + [  # one that never ran
         seen(A, 50_000, strategy="STANDARD"),  # not a DWS wait: ignored while FLEX_START samples exist
         seen(B, 20_000), seen(A, 900, accelerator="NVIDIA_H100_80GB")]
     found = learned_wait(history, A, L4, NOW, timedelta(hours=4))
-    assert (found.samples, found.quantile, found.wait) == (5, 1200, timedelta(seconds=1200 * HEADROOM))
-    assert "p90 1200s of 5 sample(s)" in str(found)
+    assert (found.samples, found.stockouts, found.quantile) == (5, 1, 1200)
+    assert found.wait == timedelta(seconds=1200 * HEADROOM)
+    assert "p90 1200s of 5 job(s) seen RUNNING x 1.5" in str(found) and "1 never RUNNING" in str(found)
     assert learned_wait(history, A, L4, NOW, timedelta(minutes=20)).wait == timedelta(minutes=20)  # the max clips it
     assert learned_wait(history, B, L4, NOW, timedelta(hours=4)).wait == timedelta(hours=4)  # 1 sample: the max
     old = [seen(A, 100, days_ago=40)] * 5  # older than MAX_AGE: not a sample
@@ -132,6 +160,8 @@ def test_region_order_cheapest_creates_the_job_in_the_cheaper_region_first(airfl
     from airflow.sdk import DAG
 
     fast_emulator.reset(FAST)
+    now = datetime.now(timezone.utc)
+    store([seen(A, 60.0, strategy="STANDARD", now=now), seen(B, 60.0, strategy="STANDARD", now=now)])  # both deliver
     with DAG("cheapest_order", schedule=None, start_date=NOW) as dag:
         operator({}, prices=PRICES, plan=[{"strategy": "STANDARD", "locations": [A, B], "region_order": "cheapest"}])
     result = run_dag(dag, logical_date=NOW)
@@ -157,6 +187,17 @@ def test_plan_objective_cost_skips_the_cheap_region_whose_waits_miss_the_deadlin
     assert [a["location"] for a in result["train"].return_value["attempts"]] == [A]  # dearer, but in time
     assert (len(jobs_in(fast_emulator, A)), len(jobs_in(fast_emulator, B))) == (1, 0)
     assert result.task_state_store["train"][LEDGER_KEY]["region_orders"] == {"0": [A, B]}
+
+
+def test_region_order_cheapest_with_no_history_keeps_the_users_order(airflow_db, fast_emulator, no_history):
+    from airflow.sdk import DAG
+
+    fast_emulator.reset(FAST)
+    with DAG("cheapest_unobserved", schedule=None, start_date=NOW) as dag:
+        operator({}, prices=PRICES, plan=[{"strategy": "STANDARD", "locations": [A, B], "region_order": "cheapest"}])
+    result = run_dag(dag, logical_date=NOW)
+    assert [a["location"] for a in result["train"].return_value["attempts"]] == [A]  # B is cheaper, but unobserved
+    assert (len(jobs_in(fast_emulator, A)), len(jobs_in(fast_emulator, B))) == (1, 0)
 
 
 def test_plan_objective_time_with_no_history_keeps_the_users_order(airflow_db, fast_emulator, no_history):

@@ -22,6 +22,8 @@ from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
 
 LEDGER_ORDERS = "region_orders"  # step index -> its locations, in the order this run tries them
 LEDGER_WAITS = "learned_waits"  # step index -> {region: seconds}: max_wait_duration="observed"
+LEDGER_PREEMPTIONS = "observed_preemptions"  # SPOT step index -> {region: per run}: the cost objective's
+DECIDED = (LEDGER_ORDERS, LEDGER_WAITS, LEDGER_PREEMPTIONS)
 OBJECTIVES = {"cost": "cheapest", "time": "observed"}  # plan_objective -> the region order of steps without one
 
 
@@ -47,42 +49,42 @@ def check_objective(value: Any) -> list[str]:
 
 
 def apply(operator: Any, ledger: SubmissionLedger, context: Any = None) -> None:
-    """Reorder ``operator.plan``'s observed/cheapest steps and set its learned waits, as this
-    training run decided (or decide now)."""
+    """Reorder ``operator.plan``'s observed/cheapest steps and set its learned waits and observed
+    preemptions, as this training run decided (or decide now)."""
     steps = operator.plan
     if not uses_observed(steps, operator):
         return
-    saved = ledger.data.get(LEDGER_ORDERS)
-    if saved is None:
-        saved, waits = _decide(operator, steps, ledger, context)
-        ledger.data[LEDGER_ORDERS], ledger.data[LEDGER_WAITS] = saved, waits
+    if ledger.data.get(LEDGER_ORDERS) is None:
+        ledger.data.update(_decide(operator, steps, ledger, context))
         ledger.save()
-    waits = ledger.data.get(LEDGER_WAITS) or {}
-    operator._region_orders, operator._learned_waits = saved, waits
-    operator.plan = [_decided(step, saved.get(str(i)), waits.get(str(i))) for i, step in enumerate(steps)]
+    decided = {key: ledger.data.get(key) or {} for key in DECIDED}
+    operator._decided = decided
+    operator.plan = [_decided(step, *(decided[key].get(str(i)) for key in DECIDED)) for i, step in enumerate(steps)]
 
 
-def _decided(step: Any, order: list[str] | None, waits: dict[str, float] | None) -> Any:
+def _decided(step: Any, order: list[str] | None, waits: dict[str, float] | None,
+             preemptions: dict[str, float] | None) -> Any:
     if order is not None and sorted(order) == sorted(step.locations):
         step = replace(step, locations=tuple(order))
     if waits and getattr(step, "observed_wait", None):
         step = replace(step, learned_waits=tuple((r, timedelta(seconds=float(w))) for r, w in waits.items()))
+    if preemptions and step.strategy == "SPOT" and not hasattr(step, "members"):
+        step = replace(step, observed_preemptions=tuple((r, float(p)) for r, p in preemptions.items()))
     return step
 
 
 def keep(operator: Any, ledger: SubmissionLedger) -> None:
     """After the ledger starts a new training run (a clear after a failure): the positions this
     process already uses stay those of the run (the next return from the triggerer reads them)."""
-    orders = getattr(operator, "_region_orders", None)
-    if orders is not None:
-        ledger.data[LEDGER_ORDERS] = orders
-        ledger.data[LEDGER_WAITS] = getattr(operator, "_learned_waits", None) or {}
+    decided = getattr(operator, "_decided", None)
+    if decided is not None:
+        ledger.data.update(decided)
         ledger.save()
 
 
-def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> tuple[dict[str, list[str]],
-                                                                                 dict[str, dict[str, float]]]:
+def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> dict[str, dict[str, Any]]:
     from airflow_gpu_sched.orchestration import observed
+    from airflow_gpu_sched.orchestration.cheapest import spot_preemptions
 
     now = datetime.now(timezone.utc)
     history, problem = observed.read()
@@ -90,14 +92,17 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> tuple
         operator.log.warning("could not read the capacity history (Variables %s*: %s): regions in the order given",
                              observed.VARIABLE, problem)
     orders: dict[str, list[str]] = {}
-    waits: dict[str, dict[str, float]] = {}
+    preemptions: dict[str, dict[str, float]] = {}
     for index, step in enumerate(steps):
         how = order_of(operator, step)
-        if getattr(step, "observed_wait", None):
-            waits[str(index)] = _waits(operator, index, step, history, now)
-        if how not in ("observed", "cheapest") or len(step.locations) < 2 or hasattr(step, "members"):
+        if how not in ("observed", "cheapest") or hasattr(step, "members"):
             continue
         accelerator = accelerator_of(operator, step)
+        if how == "cheapest" and step.strategy == "SPOT":  # the deadline and the budget count them
+            regions = tuple(step.locations or (operator.location,))
+            preemptions[str(index)] = spot_preemptions(regions, accelerator, history, now)
+        if len(step.locations) < 2:
+            continue
         if how == "cheapest":
             ranked, inputs = _cheapest(operator, step, accelerator, history, now, ledger, context)
         else:
@@ -106,7 +111,9 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> tuple
         operator.log.info("plan[%d] %s: regions in the order %s for %s: %s (given: %s; %s)", index,
                           step.strategy, "of expected cost" if how == "cheapest" else "observed", accelerator,
                           ", ".join(ranked), ", ".join(step.locations), "; ".join(str(score) for score in inputs))
-    return orders, waits
+    ordered = [_decided(step, orders.get(str(i)), None, None) for i, step in enumerate(steps)]
+    return {LEDGER_ORDERS: orders, LEDGER_WAITS: _waits(operator, ordered, history, now, ledger, context),
+            LEDGER_PREEMPTIONS: preemptions}
 
 
 def _cheapest(operator: Any, step: Any, accelerator: str, history: list[dict[str, Any]], now: datetime,
@@ -126,24 +133,60 @@ def _cheapest(operator: Any, step: Any, accelerator: str, history: list[dict[str
     demand = operator.build_job(step=step).job_spec.accelerator_demand()
     budget = Budget(remaining=None, prices=table, demand=tuple((getattr(a, "value", str(a)), n) for a, n in demand.items()))
     prices = {region: estimate(budget, step, region).price for region in regions} if table else {}
-    run = operator.expected_run_time if isinstance(operator.expected_run_time, timedelta) else None
-    deadline = operator._deadline(context, ledger) if context is not None or isinstance(operator.deadline, datetime) \
-        else None
+    deadline, run = _deadline_and_run(operator, ledger, context)
     left = None if deadline is None else (deadline - now).total_seconds() + (0.0 if run else 3600.0)
     return cheapest_order(regions, prices, history_stats(regions, accelerator, history, now),
                           run.total_seconds() if run else 3600.0, left)
 
 
-def _waits(operator: Any, index: int, step: Any, history: list[dict[str, Any]], now: datetime) -> dict[str, float]:
-    """max_wait_duration="observed": each region's learned wait, logged with its inputs."""
-    from airflow_gpu_sched.orchestration.learned_wait import learned_wait
+def _waits(operator: Any, steps: list[Any], history: list[dict[str, Any]], now: datetime, ledger: Any,
+           context: Any) -> dict[str, dict[str, float]]:
+    """max_wait_duration="observed": each region's learned wait, shared out of the deadline's slack
+    when there is one (learned_wait.share_slack), logged with its inputs."""
+    from airflow_gpu_sched.orchestration.learned_wait import learned_wait, reserve_of, share_slack
+    from airflow_gpu_sched.orchestration.plans import positions
 
-    accelerator = accelerator_of(operator, step)
-    found = [learned_wait(history, region, accelerator, now, step.max_wait_duration)
-             for region in (step.locations or (operator.location,))]
-    operator.log.info("plan[%d] FLEX_START: max_wait_duration observed for %s (the deadline may clip it): %s",
-                      index, accelerator, "; ".join(str(w) for w in found))
-    return {w.region: w.wait.total_seconds() for w in found}
+    waits: dict[str, dict[str, float]] = {}
+    for index, step in enumerate(steps):
+        if getattr(step, "observed_wait", None):
+            accelerator = accelerator_of(operator, step)
+            found = [learned_wait(history, region, accelerator, now, step.max_wait_duration)
+                     for region in (step.locations or (operator.location,))]
+            operator.log.info("plan[%d] FLEX_START: max_wait_duration observed for %s: %s", index, accelerator,
+                              "; ".join(str(w) for w in found))
+            waits[str(index)] = {w.region: w.wait.total_seconds() for w in found}
+    deadline, run = _deadline_and_run(operator, ledger, context)
+    if not waits or deadline is None or run is None or len(steps) < 2:
+        return waits
+    last = steps[-1]
+    tried = [(i, region) for i, region in positions(steps, operator.location, operator.regions_first)
+             if i != len(steps) - 1]
+    reserve = reserve_of(history, (last.locations or (operator.location,))[0], accelerator_of(operator, last),
+                         last.strategy, now)
+    slack = (deadline - now - run - reserve).total_seconds()
+    shared = share_slack([(waits[str(i)][region], True) if str(i) in waits else (_bound(steps[i]), False)
+                          for i, region in tried], slack)
+    for (i, region), seconds in zip(tried, shared):
+        if str(i) in waits:
+            waits[str(i)][region] = seconds
+    operator.log.info("max_wait_duration observed, shared out of %.0fs before the deadline (less the run and "
+                      "%s for plan[%d] %s to be RUNNING): %s", slack, reserve, len(steps) - 1, last.strategy,
+                      {i: {r: round(w) for r, w in v.items()} for i, v in waits.items()})
+    return waits
+
+
+def _bound(step: Any) -> float | None:
+    """How long a position that does not learn its wait may take before the plan moves on."""
+    wait = step.capacity_wait_timeout
+    if wait is None and step.strategy == "FLEX_START":
+        wait = step.max_wait_duration or None
+    return None if wait is None else wait.total_seconds()
+
+
+def _deadline_and_run(operator: Any, ledger: Any, context: Any) -> tuple[datetime | None, timedelta | None]:
+    run = operator.expected_run_time if isinstance(operator.expected_run_time, timedelta) else None
+    known = context is not None or isinstance(operator.deadline, datetime)
+    return (operator._deadline(context, ledger) if known else None), run
 
 
 def accelerator_of(operator: Any, step: Any) -> str:

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Union
 
 from airflow_gpu_sched.orchestration.outcomes import Event
-from airflow_gpu_sched.orchestration.plans import FlexStartStep, RaceStep, Step, positions
+from airflow_gpu_sched.orchestration.budget import PREEMPTION_WASTE
+from airflow_gpu_sched.orchestration.plans import FlexStartStep, RaceStep, SpotStep, Step, positions
 from airflow_gpu_sched.orchestration.quota import increase_hint
 from airflow_gpu_sched.vertex.rules import Violation
 
@@ -432,6 +433,8 @@ def deadline_budget(plan: Plan, step: Step, now: datetime,
     deadline = plan.deadline
     left = deadline - now
     needed = plan.expected_run_time or timedelta(0)
+    if isinstance(step, SpotStep) and step.preemptions_in(location):  # observed: each costs half a run again
+        needed = needed * (1 + PREEMPTION_WASTE * step.preemptions_in(location))
     if left <= needed:
         return None, (f"deadline {deadline.isoformat()}: {max(left, timedelta(0))} left, the job needs "
                       f"{needed} to run: {step.strategy} skipped")

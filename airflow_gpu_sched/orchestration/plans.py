@@ -99,6 +99,11 @@ class FlexStartStep(Step):
 class SpotStep(Step):
     strategy: ClassVar[str] = "SPOT"
     max_preemption_retries: int = 3
+    observed_preemptions: tuple[tuple[str, float], ...] | None = None  # region -> per run (cost objective)
+
+    def preemptions_in(self, location: str | None) -> float:
+        """Preemptions a run is expected to take in ``location`` (0 unless observed)."""
+        return dict(self.observed_preemptions or ()).get(location or "", 0.0)
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ class ReservationStep(Step):
 STEP_TYPES: dict[str, type[Step]] = {t.strategy: t for t in (PersistentResourceStep, FlexStartStep, SpotStep,
                                                               StandardStep, ReservationStep)}
 _DURATIONS = {"max_wait_duration", "capacity_wait_timeout"}
-_DECIDED = {"observed_wait", "learned_waits"}  # set from max_wait_duration="observed" and the history, not given
+_DECIDED = {"observed_wait", "learned_waits", "observed_preemptions"}  # set from max_wait_duration="observed" and the history, not given
 
 
 class PlanError(ValueError):
