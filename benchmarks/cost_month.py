@@ -60,7 +60,6 @@ FLEX_WAIT_MIN, SPOT_BOUND_MIN, STANDARD_PROVISION_MIN, REQUEUE_MIN = 120.0, 30.0
 PLAN = [("FLEX_START", (C1, E4, W1)), ("SPOT", (W1, C1)), ("STANDARD", (C1,))]
 START = datetime(2026, 11, 1, 1, 0, tzinfo=timezone.utc)
 POLICIES = ("fixed", "observed", "cost", "race")
-DEBUG = False
 
 
 @dataclass
@@ -195,8 +194,6 @@ def month(seed: int, nights: int) -> dict:
                 preemptions = spot_preemptions(PLAN[1][1], GPU, history, when)
             out = race(sky) if policy == "race" else sequential(sky, orders, waits, preemptions)
             outs.append(out)
-            if DEBUG and out.missed:
-                print(policy, n, waits, [(a[0], a[1], a[2], round(a[3]), a[4]) for a in out.attempts])
             for strategy, region, ran, minutes, p in out.attempts:  # what the operator records, per attempt
                 entry = observed.observation({"location": region, "accelerator_type": GPU, "strategy": strategy,
                                               "running_since": "x" if ran else None, "queued_seconds": minutes * 60,

@@ -4,7 +4,6 @@ region the decision put first, with the wait it learned)."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta, timezone
 
 import pytest

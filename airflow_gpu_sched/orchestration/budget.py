@@ -15,9 +15,9 @@ The rule (docs/cost.md, "Budgets"):
   waits); a SPOT step adds the preemptions it may take: half a run each (what is lost between
   checkpoints on average, assumed), ``expected_preemptions`` of them (0 until observed rates are
   given; with ``plan_objective="cost"`` or ``region_order="cheapest"`` the step carries the rate
-  observed in each region, ``SpotStep.observed_preemptions``). A race costs its dearest member (only the winner runs; losers are cancelled before
-  they run). What is left = budget - what this task's earlier attempts cost (the ledger's, so a
-  retry does not spend twice). A step whose expected cost exceeds what is left is skipped.
+  observed in each region, ``SpotStep.observed_preemptions``). A race costs its dearest member
+  (only the winner runs; losers are cancelled before they run). What is left = budget - what
+  this task's earlier attempts cost (the ledger's, so a retry does not spend twice). A step whose expected cost exceeds what is left is skipped.
 
 May import: orchestration, vertex; airflow only inside functions.
 """
