@@ -223,3 +223,15 @@ def test_max_wait_duration_observed_submits_the_learned_wait_of_the_region(airfl
     [job] = jobs_in(fast_emulator, A)
     assert job["jobSpec"]["scheduling"]["maxWaitDuration"] == f"{600 * HEADROOM:.0f}s"
     assert result.task_state_store["train"][LEDGER_KEY]["learned_waits"] == {"0": {A: 900.0, B: 4 * 3600.0}}
+
+
+def test_the_budget_counts_the_preemptions_a_spot_step_observed_in_its_region():
+    from airflow_gpu_sched.orchestration.budget import Budget, estimate
+    from airflow_gpu_sched.orchestration.plans import SpotStep
+
+    budget = Budget(remaining=100.0, prices={"currency": "USD", L4: {"SPOT": 1.0}}, demand=((L4, 2),),
+                    expected_run_time=timedelta(hours=3))
+    step = SpotStep(locations=(A, B), observed_preemptions=((A, 2.0), (B, 0.0)))
+    assert estimate(budget, step, A).cost == 1.0 * 2 * 3 * (1 + 0.5 * 2)  # two preemptions: a whole run again
+    assert estimate(budget, step, B).cost == 6.0
+    assert estimate(budget, SpotStep(), A).cost == 6.0  # nothing observed: the budget's own rate (0)
