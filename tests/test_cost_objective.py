@@ -235,3 +235,15 @@ def test_the_budget_counts_the_preemptions_a_spot_step_observed_in_its_region():
     assert estimate(budget, step, A).cost == 1.0 * 2 * 3 * (1 + 0.5 * 2)  # two preemptions: a whole run again
     assert estimate(budget, step, B).cost == 6.0
     assert estimate(budget, SpotStep(), A).cost == 6.0  # nothing observed: the budget's own rate (0)
+
+
+def test_the_flex_start_operator_takes_an_observed_wait_with_its_max():
+    from airflow_gpu_sched.errors import InvalidTrainingSpec
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator
+
+    args = dict(project_id=PROJECT, location=A, image_uri="gcr.io/p/t:1", machine_type="g2-standard-8",
+                accelerator_type=L4, accelerator_count=1)
+    [step] = FlexStartTrainingOperator(task_id="t", max_wait_duration="observed:3h", **args).plan
+    assert step.observed_wait and step.max_wait_duration == timedelta(hours=3)
+    with pytest.raises(InvalidTrainingSpec, match=r"plan\[0\]\.max_wait_duration: 'never' is not a duration"):
+        FlexStartTrainingOperator(task_id="t2", max_wait_duration="observed:never", **args)
