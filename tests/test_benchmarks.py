@@ -62,3 +62,15 @@ def test_plan_race_reports_the_sequential_plan_and_the_race_side_by_side():
     assert figures["race"]["jobs_created"] >= 3  # every member was asked at once
     assert figures["sequential"]["jobs_cancelled"] == 0  # nothing to cancel one step at a time
     assert {"time_to_running_ratio", "gpu_hours_ratio", "cost_ratio"} <= set(figures)
+
+
+def test_cost_month_reports_every_policy_and_the_cost_objective_misses_no_more_deadlines_than_the_fixed_plan():
+    figures = _run("cost_month.py")  # the README's table: seed 26, 30 nights
+    keys = {"cost", "cost_ratio", "gpu_hours", "gpu_hours_ratio", "deadline_misses", "cost_per_night_in_time",
+            "cost_per_night_in_time_ratio", "mean_to_running_min", "to_running_ratio", "jobs_created", "jobs_cancelled"}
+    assert set(figures) == {"fixed", "observed", "cost", "race"} and all(keys == set(f) for f in figures.values())
+    assert figures["fixed"]["cost_ratio"] == 1.0
+    assert figures["cost"]["deadline_misses"] <= figures["fixed"]["deadline_misses"]
+    for seed in ("1", "2", "3"):  # not only the README's seed
+        other = _run("cost_month.py", "--seed", seed)
+        assert other["cost"]["deadline_misses"] <= other["fixed"]["deadline_misses"]

@@ -15,8 +15,11 @@ NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 regions_st = st.lists(st.sampled_from(REGIONS), min_size=1, max_size=5, unique=True).map(tuple)
 price_st = st.one_of(st.none(), st.floats(min_value=0, max_value=20, allow_nan=False))
-stat_st = st.tuples(st.floats(min_value=0, max_value=50_000, allow_nan=False),
-                    st.floats(min_value=0, max_value=5, allow_nan=False))
+stat_st = st.one_of(st.tuples(st.floats(min_value=0, max_value=50_000, allow_nan=False),
+                              st.floats(min_value=0, max_value=5, allow_nan=False)),
+                    st.tuples(st.floats(min_value=0, max_value=50_000, allow_nan=False),
+                              st.floats(min_value=0, max_value=5, allow_nan=False),
+                              st.floats(min_value=0, max_value=1, allow_nan=False)))  # with the share delivered
 
 
 @st.composite
@@ -45,7 +48,10 @@ def test_the_order_is_a_permutation_and_never_puts_a_late_region_first_when_one_
 @given(cases())
 def test_feasible_regions_with_a_price_come_cheapest_first(case):
     regions, prices, stats, run, left = case
-    _, inputs = cheapest_order(regions, prices, stats, run, left)
+    order, inputs = cheapest_order(regions, prices, stats, run, left)
+    if not stats:  # nothing observed in any of them: the user's order, whatever the prices
+        assert order == regions
+        return
     known = [c.expected_cost for c in inputs if c.feasible and c.expected_cost is not None]
     assert known == sorted(known)
     positions = [i for i, c in enumerate(inputs) if c.feasible]
@@ -71,11 +77,14 @@ def test_history_gives_waits_with_stockouts_penalised_and_preemptions_per_run():
          "waited": 5.0, "stockout": False, "preemptions": 0},
     ]
     stats = history_stats(("us-central1", "us-east4"), "NVIDIA_L4", history, NOW)
-    assert stats == {"us-east4": ((100.0 + 300.0 + observed.STOCKOUT_PENALTY) / 2, 1.0)}
+    assert stats == {"us-east4": ((100.0 + 300.0 + observed.STOCKOUT_PENALTY) / 2, 1.0, 0.5)}
     # us-east4 is cheaper per hour but its preemptions and its wait (past the time left) put it last
     order, inputs = cheapest_order(("us-east4", "us-central1"), {"us-east4": 1.0, "us-central1": 1.8}, stats,
                                    run_seconds=3600, time_left=3 * 3600)  # 7400 s wait + 3600 s run > 3 h
     assert order == ("us-central1", "us-east4") and not inputs[1].feasible
     order, _ = cheapest_order(("us-central1", "us-east4"), {"us-east4": 1.0, "us-central1": 1.8}, stats,
                               run_seconds=3600, time_left=None)
-    assert order == ("us-east4", "us-central1")  # no deadline: 1.0 x 1.5 (a preemption per run) < 1.8
+    assert order == ("us-central1", "us-east4")  # no deadline: 1.0 x 1.5 (a preemption per run) / 0.5 delivered > 1.8
+    order, _ = cheapest_order(("us-central1", "us-east4"), {"us-east4": 1.0, "us-central1": 3.5}, stats,
+                              run_seconds=3600, time_left=None)
+    assert order == ("us-east4", "us-central1")  # 3.0 per run delivered < 3.5

@@ -386,7 +386,7 @@ def _private_uses(tree: ast.Module, operator_module: bool) -> list[str]:
 def test_no_module_uses_another_modules_private_names():
     """A ``_name`` is its module's own: another module neither imports it, nor reaches it through
     the module, nor uses an operator's private attributes (the run loop, race and region order
-    use the operator's public ones: ``running_job``, ``race_jobs``, ``run_ledger``, ``region_orders``)."""
+    use the operator's public ones: ``running_job``, ``race_jobs``, ``run_ledger``, ``run_decisions``)."""
     found = [f"{module}:{use}" for module, path in MODULES.items()
              for use in _private_uses(ast.parse(path.read_text()), module == f"{PACKAGE}.operators.base")]
     assert not found, found

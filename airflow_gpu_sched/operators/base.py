@@ -114,6 +114,7 @@ class VertexTrainingOperator(BaseOperator):
         expected_run_time: timedelta | float | str | None = None,
         prices: dict[str, Any] | str | None = None,
         budget: float | None = None,
+        plan_objective: str | None = None,
         run_budget: Any = None,
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
@@ -250,7 +251,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def _ledger_of(self, context: Context) -> SubmissionLedger:  # with this run's region order
         ledger = SubmissionLedger.from_context(context)
-        region_order.apply(self, ledger)  # region_order="observed": kept in the ledger
+        region_order.apply(self, ledger, context)  # observed/cheapest orders, learned waits: kept in the ledger
         return ledger
 
     # ------------------------------------------------------------------ the waits (deferred, or in this process)

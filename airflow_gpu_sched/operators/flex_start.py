@@ -33,15 +33,19 @@ class FlexStartTrainingOperator(VertexTrainingOperator):
 
     def __init__(self, *, max_wait_duration: timedelta | float | str | None = MAX_WAIT_DURATION,
                  capacity_wait_timeout: timedelta | float | str | None = None, **kwargs: Any) -> None:
-        self.max_wait_duration = _step_duration_arg("max_wait_duration", max_wait_duration)
+        from airflow_gpu_sched.orchestration.plans import is_observed_wait
+
+        self.max_wait_duration = max_wait_duration if is_observed_wait(max_wait_duration) else \
+            _step_duration_arg("max_wait_duration", max_wait_duration)  # "observed[:<max>]": learned per region
         self.capacity_wait_timeout = _step_duration_arg("capacity_wait_timeout", capacity_wait_timeout)
         super().__init__(**kwargs)
 
     def own_steps(self) -> list[Step | dict]:
-        from airflow_gpu_sched.orchestration.plans import FlexStartStep
+        from airflow_gpu_sched.orchestration.plans import FlexStartStep, is_observed_wait
         from airflow_gpu_sched.orchestration.templated_args import has_template
 
-        if has_template(self.max_wait_duration) or has_template(self.capacity_wait_timeout):
+        if has_template(self.max_wait_duration) or has_template(self.capacity_wait_timeout) or \
+                is_observed_wait(self.max_wait_duration):
             # a step's values are rendered then parsed with the plan (plan_spec)
             return [{"strategy": "FLEX_START", "max_wait_duration": self.max_wait_duration,
                      "capacity_wait_timeout": self.capacity_wait_timeout}]

@@ -20,7 +20,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_gpu_sched.operators import events, lineage, observe, region_order, vertex_calls
-from airflow_gpu_sched.operators.running import now, try_number
+from airflow_gpu_sched.operators.running import deadline, now, try_number
 from airflow_gpu_sched.orchestration import signals
 from airflow_gpu_sched.orchestration.errors import (
     BudgetExceeded,
@@ -93,25 +93,10 @@ def engine_plan(op: Any, context: Any, ledger: SubmissionLedger) -> engine.Plan:
     from airflow_gpu_sched.orchestration.budget import budget_for
 
     return engine.Plan.of(op.plan, op.location, op.regions_first, project=op.project_id,
-                          deadline=_deadline(op, context, ledger), expected_run_time=op.expected_run_time,
+                          deadline=deadline(op, context, ledger), expected_run_time=op.expected_run_time,
                           quota_preflight=op.quota_preflight, checkpoints=op.base_output_dir,
                           retry_on_user_code_failure=op.retry_on_user_code_failure,
                           budget=budget_for(op, ledger, context), resubmit=op.resubmit)
-
-
-def _deadline(op: Any, context: Any, ledger: SubmissionLedger) -> datetime | None:
-    """The plan's deadline. A timedelta counts from the data interval's end; in a manual
-    run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
-    counts from when the task first started instead (kept in the ledger across tries)."""
-    if op.deadline is None:
-        return None
-    if isinstance(op.deadline, datetime):
-        return op.deadline if op.deadline.tzinfo else op.deadline.replace(tzinfo=timezone.utc)
-    anchor = context.get("data_interval_end") or context.get("logical_date")
-    dag_run = context.get("dag_run")
-    if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
-        anchor = datetime.fromisoformat(ledger.started_at(now()))
-    return anchor + op.deadline
 
 
 # ---------------------------------------------------------------------------------------- actions

@@ -33,3 +33,18 @@ def first_event(trigger: BaseTrigger) -> dict[str, Any]:
         raise RuntimeError(f"{trigger!r} ended without an event")
 
     return asyncio.run(_first())
+
+
+def deadline(op: Any, context: Any, ledger: Any) -> datetime | None:
+    """The plan's deadline. A timedelta counts from the data interval's end; in a manual
+    run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
+    counts from when the task first started instead (kept in the ledger across tries)."""
+    if op.deadline is None:
+        return None
+    if isinstance(op.deadline, datetime):
+        return op.deadline if op.deadline.tzinfo else op.deadline.replace(tzinfo=timezone.utc)
+    anchor = context.get("data_interval_end") or context.get("logical_date")
+    dag_run = context.get("dag_run")
+    if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
+        anchor = datetime.fromisoformat(ledger.started_at(now()))
+    return anchor + op.deadline

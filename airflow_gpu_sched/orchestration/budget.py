@@ -14,9 +14,10 @@ The rule (docs/cost.md, "Budgets"):
   x ``expected_run_time`` (hours). A FLEX_START wait costs nothing (no GPU is held while it
   waits); a SPOT step adds the preemptions it may take: half a run each (what is lost between
   checkpoints on average, assumed), ``expected_preemptions`` of them (0 until observed rates are
-  given). A race costs its dearest member (only the winner runs; losers are cancelled before
-  they run). What is left = budget - what this task's earlier attempts cost (the ledger's, so a
-  retry does not spend twice). A step whose expected cost exceeds what is left is skipped.
+  given; with ``plan_objective="cost"`` or ``region_order="cheapest"`` the step carries the rate
+  observed in each region, ``SpotStep.observed_preemptions``). A race costs its dearest member
+  (only the winner runs; losers are cancelled before they run). What is left = budget - what
+  this task's earlier attempts cost (the ledger's, so a retry does not spend twice). A step whose expected cost exceeds what is left is skipped.
 
 May import: orchestration, vertex; airflow only inside functions.
 """
@@ -74,7 +75,9 @@ def estimate(budget: Budget, step: Step, location: str) -> Estimate:
     if budget.expected_run_time is None:
         return Estimate(total / max(1, sum(g for _, g in budget.demand)), None)
     hours = budget.expected_run_time.total_seconds() / 3600
-    waste = 1 + PREEMPTION_WASTE * budget.expected_preemptions if isinstance(step, SpotStep) else 1.0
+    observed = step.preemptions_in(location) if isinstance(step, SpotStep) and step.observed_preemptions else None
+    waste = 1 + PREEMPTION_WASTE * (budget.expected_preemptions if observed is None else observed) \
+        if isinstance(step, SpotStep) else 1.0  # observed: the cost objective's rate for the region
     per_gpu = total / max(1, sum(g for _, g in budget.demand))
     return Estimate(per_gpu, round(total * hours * waste, 4))
 

@@ -42,6 +42,9 @@ from typing import Any
 LEDGER_KEY = "airflow_gpu_sched.ledger"  # stored in users' task state stores: never changes with the module path
 RACE_KEY = "race"
 ORDERS_KEY = "region_orders"  # operators/region_order.py (its LEDGER_ORDERS)
+WAITS_KEY = "learned_waits"  # operators/region_order.py: max_wait_duration="observed", per step and region
+PREEMPTIONS_KEY = "observed_preemptions"  # operators/region_order.py: a SPOT step's, under the cost objective
+DECISION_KEYS = (ORDERS_KEY, WAITS_KEY, PREEMPTIONS_KEY)  # what a training run decides once at its start
 RUN_BUDGET_KEY = "run_budget"  # orchestration/budget.py (its LEDGER_RUN_BUDGET)
 SUBMISSION_LABEL = "gpu-sched-submission"
 MANAGED_LABEL = "managed-by"
@@ -235,11 +238,15 @@ class SubmissionLedger:
     # ------------------------------------------------------------------ kept for the run: region order, run budget
 
     @property
-    def region_orders(self) -> dict[str, list[str]] | None:
-        return self.data.get(ORDERS_KEY)
+    def run_decisions(self) -> dict[str, dict[str, Any]] | None:
+        """What this training run decided at its start (region orders, learned waits, observed
+        preemptions: operators/region_order.py), or None: not decided yet."""
+        if self.data.get(ORDERS_KEY) is None:
+            return None
+        return {key: self.data.get(key) or {} for key in DECISION_KEYS}
 
-    def keep_region_orders(self, orders: dict[str, list[str]]) -> None:
-        self.data[ORDERS_KEY] = orders
+    def keep_run_decisions(self, decided: dict[str, dict[str, Any]]) -> None:
+        self.data.update({key: decided.get(key) or {} for key in DECISION_KEYS})
         self.save()
 
     @property

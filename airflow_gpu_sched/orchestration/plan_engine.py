@@ -121,7 +121,7 @@ def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]
     """Run the plan from ``position``: skip what the deadline rules out, read a persistent
     resource first, else the quota (when the preflight is on), else submit."""
     step, location = plan.at(position)
-    _, why_not = deadline_budget(plan, step, now)
+    _, why_not = deadline_budget(plan, step, now, location)
     if why_not:
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
     if why_not := budget_refusal(plan.budget, step, location):  # before any GPU is asked for
@@ -142,7 +142,7 @@ def _start(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]
 def _after_preflight(plan: Plan, position: int, now: datetime, effects: tuple[Effect, ...]) -> Action:
     """The quota preflight (when on), else the submit."""
     step, location = plan.at(position)
-    max_wait, why_not = deadline_budget(plan, step, now)
+    max_wait, why_not = deadline_budget(plan, step, now, location)
     if why_not:  # after a reservation read that took time
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), now, effects)
     if plan.quota_preflight:
@@ -174,7 +174,7 @@ def _quota_read(plan: Plan, state: State, event: QuotaRead) -> Action:
                                    "unreachable, or no permission cloudquotas.quotas.get): submitting without the "
                                    "quota preflight"),)
     # the budget again, as of now: the read took time, and a FLEX_START wait is clipped to what is left
-    max_wait, why_not = deadline_budget(plan, step, event.now)
+    max_wait, why_not = deadline_budget(plan, step, event.now, location)
     if why_not:
         return _fall_back(plan, position, Failure("DeadlineExceeded", why_not), event.now, effects)
     return Submit(position=position, step=step, location=location, max_wait=max_wait, effects=effects)
@@ -193,7 +193,7 @@ def _resource_read(plan: Plan, state: State, event: ResourceRead) -> Action:
                                     violations=event.mismatches))
     if event.state == "RUNNING" and event.runs_now:
         return Submit(position=position, step=step, location=location)
-    left, _ = deadline_budget(plan, step, event.now)
+    left, _ = deadline_budget(plan, step, event.now, location)
     if plan.deadline is not None and left is None:  # passed since the step began: no time left to wait
         left = timedelta(0)
     waits = [w for w in (step.capacity_wait_timeout, left) if w is not None]

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Union
 
 from airflow_gpu_sched.orchestration.outcomes import Event
-from airflow_gpu_sched.orchestration.plans import FlexStartStep, RaceStep, Step, positions
+from airflow_gpu_sched.orchestration.budget import PREEMPTION_WASTE
+from airflow_gpu_sched.orchestration.plans import FlexStartStep, RaceStep, SpotStep, Step, positions
 from airflow_gpu_sched.orchestration.quota import increase_hint
 from airflow_gpu_sched.vertex.rules import Violation
 
@@ -442,13 +443,18 @@ class Fail(Action):
 # ---------------------------------------------------------------------------------------- rules both read
 
 
-def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | None, str | None]:
-    """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run)."""
+def deadline_budget(plan: Plan, step: Step, now: datetime,
+                    location: str | None = None) -> tuple[timedelta | None, str | None]:
+    """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run).
+    A FLEX_START step with ``max_wait_duration="observed"`` asks for its wait learned in ``location``."""
     if plan.deadline is None:
-        return None, None
+        learned = isinstance(step, FlexStartStep) and step.observed_wait
+        return (step.wait_in(location) if learned else None), None  # type: ignore[union-attr]
     deadline = plan.deadline
     left = deadline - now
     needed = plan.expected_run_time or timedelta(0)
+    if isinstance(step, SpotStep) and step.preemptions_in(location):  # observed: each costs half a run again
+        needed = needed * (1 + PREEMPTION_WASTE * step.preemptions_in(location))
     if left <= needed:
         return None, (f"deadline {deadline.isoformat()}: {max(left, timedelta(0))} left, the job needs "
                       f"{needed} to run: {step.strategy} skipped")
@@ -457,7 +463,7 @@ def deadline_budget(plan: Plan, step: Step, now: datetime) -> tuple[timedelta | 
         if wait < MIN_FLEX_START_WAIT:
             return None, (f"deadline {deadline.isoformat()}: only {wait} would be left to wait for FLEX_START "
                           f"capacity (less than {MIN_FLEX_START_WAIT}): FLEX_START skipped")
-        own = step.max_wait_duration
+        own = step.wait_in(location)
         return (wait if not own or own > wait else own), None
     return wait, None
 

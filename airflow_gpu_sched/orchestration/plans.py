@@ -38,7 +38,7 @@ from airflow_gpu_sched.vertex.models import Scheduling, parse_duration
 from airflow_gpu_sched.vertex.rules import PERSISTENT_RESOURCE_ID, Violation
 
 STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD", "RESERVATION")
-REGION_ORDERS = ("given", "observed")
+REGION_ORDERS = ("given", "observed", "cheapest")  # "cheapest": orchestration/cheapest.py
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Step:
     strategy: ClassVar[str] = "STANDARD"
     locations: tuple[str, ...] = ()  # empty: the operator's location
     capacity_wait_timeout: timedelta | None = None  # the job must be RUNNING within this (None: no bound)
-    region_order: str | None = None  # "observed": locations by recent capacity (None, "given": as listed)
+    region_order: str | None = None  # "observed": by recent capacity; "cheapest": by expected cost (None, "given": as listed)
     max_price_per_gpu_hour: float | None = None  # run only where the price table says at most this (budget.py)
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
@@ -77,7 +77,15 @@ class StandardStep(Step):
 @dataclass(frozen=True)
 class FlexStartStep(Step):
     strategy: ClassVar[str] = "FLEX_START"
-    max_wait_duration: timedelta | None = Scheduling.DEFAULT_MAX_WAIT
+    max_wait_duration: timedelta | None = Scheduling.DEFAULT_MAX_WAIT  # with observed_wait: the most it may be
+    observed_wait: bool | None = None  # max_wait_duration="observed[:<max>]": learned per region (learned_wait.py)
+    learned_waits: tuple[tuple[str, timedelta], ...] | None = None  # region -> wait, decided when the run starts
+
+    def wait_in(self, location: str | None) -> timedelta | None:
+        """The wait this step asks for in ``location``: the learned one when there is one."""
+        if self.observed_wait and location is not None:
+            return dict(self.learned_waits or ()).get(location, self.max_wait_duration)
+        return self.max_wait_duration
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
         block = super().scheduling(timeout)
@@ -91,6 +99,11 @@ class FlexStartStep(Step):
 class SpotStep(Step):
     strategy: ClassVar[str] = "SPOT"
     max_preemption_retries: int = 3
+    observed_preemptions: tuple[tuple[str, float], ...] | None = None  # region -> per run (cost objective)
+
+    def preemptions_in(self, location: str | None) -> float:
+        """Preemptions a run is expected to take in ``location`` (0 unless observed)."""
+        return dict(self.observed_preemptions or ()).get(location or "", 0.0)
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,7 @@ class ReservationStep(Step):
 STEP_TYPES: dict[str, type[Step]] = {t.strategy: t for t in (PersistentResourceStep, FlexStartStep, SpotStep,
                                                               StandardStep, ReservationStep)}
 _DURATIONS = {"max_wait_duration", "capacity_wait_timeout"}
+_DECIDED = {"observed_wait", "learned_waits", "observed_preemptions"}  # set from max_wait_duration="observed" and the history, not given
 
 
 class PlanError(ValueError):
@@ -168,7 +182,7 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templ
         raise PlanError([Violation(f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)} "
                                                        f"(got {value.get('strategy')!r})")])
     cls = STEP_TYPES[strategy]
-    names = {f.name: f.name for f in fields(cls)}
+    names = {f.name: f.name for f in fields(cls) if f.name not in _DECIDED}
     kwargs: dict[str, Any] = {}
     problems = []
     templated = set()
@@ -184,6 +198,8 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templ
                                                        f"(it takes: {', '.join(sorted(names))})"))
             continue
         try:
+            if key == "max_wait_duration" and strategy == "FLEX_START" and is_observed_wait(raw):
+                kwargs["observed_wait"], raw = True, observed_wait_max(raw)  # the rest: the user's max
             kwargs[names[key]] = _convert(key, raw)
         except ValueError as exc:
             problems.append(Violation(f"{path}.{key}", str(exc)))
@@ -194,6 +210,17 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templ
     if problems:
         raise PlanError(problems)
     return step
+
+
+def is_observed_wait(raw: Any) -> bool:
+    """``max_wait_duration="observed"`` or ``"observed:<the most it may be>"``."""
+    return isinstance(raw, str) and (raw.strip() == "observed" or raw.strip().startswith("observed:"))
+
+
+def observed_wait_max(raw: str) -> Any:
+    """The user's max of an observed wait (the default max wait when none is given)."""
+    _, _, most = raw.strip().partition(":")
+    return most.strip() or Scheduling.DEFAULT_MAX_WAIT
 
 
 def _is_template(raw: Any) -> bool:

@@ -240,11 +240,12 @@ def _entries(plan: Plan, step: RaceStep, location: str, now: datetime,
     for index, member in enumerate(step.members):
         if indices is not None and index not in indices:
             continue
-        max_wait, why_not = deadline_budget(plan, member, now)
+        where = step.member_location(index, location)
+        max_wait, why_not = deadline_budget(plan, member, now, where)
         if why_not:
             skipped.append(f"member {index} ({member.strategy}): {why_not}")
             continue
-        entries.append(RaceEntry(index, member, step.member_location(index, location), max_wait))
+        entries.append(RaceEntry(index, member, where, max_wait))
     return entries, skipped
 
 

@@ -39,7 +39,8 @@ JOB_ARGS = ("project_id", "location", "display_name", "worker_pool_specs", "job_
 JOB_TYPE_ARGS = ("job_type", "study_spec", "max_trial_count", "parallel_trial_count", "max_failed_trial_count",
                  "model_display_name", "model_serving_image_uri", "parent_model")
 PLAN_ARGS = ("plan", "fallback", "regions_first", "deadline", "expected_run_time", "prices", "budget", "run_budget",
-             "quota_preflight", "retry_on_user_code_failure", "resubmit_on", "max_failure_resubmits")
+             "quota_preflight", "retry_on_user_code_failure", "resubmit_on", "max_failure_resubmits",
+             "plan_objective")
 CONNECTION_ARGS = ("gcp_conn_id", "impersonation_chain", "deferrable", "poll_interval", "transient_error_window")
 OBSERVABILITY_ARGS = ("on_capacity_acquired", "on_preempted", "on_fallback", "stream_logs", "log_lines_per_minute",
                       "failure_log_lines")
@@ -107,6 +108,8 @@ PARAMETERS = """
         FLEX_START wait is clipped to the time left; past it the task fails with
         :class:`DeadlineExceeded`.
     :param expected_run_time: how long the job runs once it has its GPUs (for the deadline).
+    :param plan_objective: ``"cost"`` / ``"time"``: steps without their own ``region_order`` order theirs
+        cheapest / observed (docs/cost.md).
     :param prices: cost per GPU-hour, ``{"currency": "USD", "NVIDIA_H100_80GB": {"SPOT": 2.5,
         "FLEX_START": 4.0, ...}}``, or the name of an Airflow Variable holding that JSON, or
         ``"catalog"`` / ``"catalog:<Variable>"``: Google's billing catalog, that table for what it lacks (docs/cost.md).
@@ -160,6 +163,7 @@ def store(op: Any, given: dict[str, Any]) -> None:
                                                     "prices")}, keep_templates=True)
     op.budget = given["budget"]  # orchestration/budget.py: checked with the other arguments (violations)
     op.run_budget = given["run_budget"]  # a RunBudget shared by the DAG run's tasks (orchestration/run_budget.py)
+    op.plan_objective = given["plan_objective"]  # operators/region_order.py (checked with the other arguments)
     for name in ("on_capacity_acquired", "on_preempted", "on_fallback"):
         setattr(op, name, given[name])
     op.retry_on_user_code_failure = bool(given["retry_on_user_code_failure"])
@@ -259,13 +263,15 @@ def violations(op: Any, ignore_templates: bool) -> list[Violation]:
     """Every step's rules: a spec one step cannot take is an error before anything runs."""
     from airflow_gpu_sched.orchestration import job_spec
     from airflow_gpu_sched.orchestration.budget import check_budget_args
+    from airflow_gpu_sched.orchestration.cheapest import check_objective
     from airflow_gpu_sched.orchestration.plans import check_regions
     from airflow_gpu_sched.vertex.rules import Violation
 
     found = op.job_kind.violations(job_options(op))
     found += check_regions(op.plan, op.location)
     found += [Violation(*rule.split(": ", 1))
-              for rule in check_budget_args(op.budget, op.expected_run_time, op.run_budget)]
+              for rule in check_budget_args(op.budget, op.expected_run_time, op.run_budget)
+              + check_objective(op.plan_objective)]
     if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
         found = [v for v in found if not job_spec.has_template(getattr(op, argument(v.path), None))]
     for index, planned in enumerate(op.plan):

@@ -1,0 +1,240 @@
+"""A month of nights: the same nightly 8-GPU task under four policies, 30 seeded nights of shifting
+capacity, preemptions and prices; per policy the total cost, GPU-hours, deadline misses, mean time
+to RUNNING, jobs created and cancelled, and the ratios against the fixed plan.
+
+What runs and what is modelled (why: 4 policies x 30 nights through the operator on the emulator
+take far more than the 5 minutes this must run in on a shared 2-core machine; one night through
+the emulator is ``benchmarks/plan_race.py``):
+
+- The decisions are the product's own, imported, not re-implemented: the region orders
+  (``observed.order`` for ``region_order="observed"``, ``cheapest.cheapest_order`` +
+  ``cheapest.history_stats`` for ``plan_objective="cost"``), the learned waits
+  (``learned_wait.learned_wait`` and ``share_slack`` for ``max_wait_duration="observed"``), the deadline's clipping of a
+  wait (``plan_types.deadline_budget``'s rule: a step is skipped when the time left is less than the
+  run, a FLEX_START wait is at most time left - run), the history (``observed.observation`` /
+  ``observed.add``, one month, bounded as in the product) and the price lookup (``price_of``).
+- The service is modelled in emulated minutes (no HTTP): per night and region, the minute a
+  FLEX_START or SPOT job would get its GPUs (a stockout: never that night), how often a SPOT run is
+  preempted (each costs half a run, ``budget.PREEMPTION_WASTE``, plus a 10-minute requeue), and the
+  price per GPU-hour per (strategy, region), all drawn from ``--seed`` and drifting over the month
+  (us-central1's DWS queue grows, us-east4 stays steady and dearer, us-west1 is cheap with stockouts;
+  SPOT preemptions rise in us-west1). STANDARD in us-central1 always has capacity after 15 minutes.
+  Prices are illustrative, not Google's.
+
+The plan: FLEX_START in [us-central1, us-east4, us-west1] (``max_wait_duration=2h``), SPOT in
+[us-west1, us-central1] (30-minute bound), STANDARD in us-central1; run 4 h, deadline 8 h after the
+night starts.
+
+(a) fixed: the plan as given; (b) ``region_order="observed"`` on each step; (c)
+``plan_objective="cost"`` with ``max_wait_duration="observed:2h"``; (d) a race of FLEX_START
+us-central1, FLEX_START us-east4 and SPOT us-west1, then STANDARD.
+
+    python benchmarks/cost_month.py [--seed N] [--nights 30] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from airflow_gpu_sched.orchestration import observed  # noqa: E402
+from airflow_gpu_sched.orchestration.budget import PREEMPTION_WASTE  # noqa: E402
+from airflow_gpu_sched.orchestration.catalog_prices import price_of  # noqa: E402
+from airflow_gpu_sched.orchestration.cheapest import cheapest_order, history_stats, spot_preemptions  # noqa: E402
+from airflow_gpu_sched.orchestration.learned_wait import learned_wait, reserve_of, share_slack  # noqa: E402
+from airflow_gpu_sched.orchestration.plan_types import MIN_FLEX_START_WAIT  # noqa: E402
+
+GPU, GPUS = "NVIDIA_H100_80GB", 8
+C1, E4, W1 = "us-central1", "us-east4", "us-west1"
+RUN_MIN, DEADLINE_MIN = 240.0, 480.0
+FLEX_WAIT_MIN, SPOT_BOUND_MIN, STANDARD_PROVISION_MIN, REQUEUE_MIN = 120.0, 30.0, 15.0, 10.0
+PLAN = [("FLEX_START", (C1, E4, W1)), ("SPOT", (W1, C1)), ("STANDARD", (C1,))]
+START = datetime(2026, 11, 1, 1, 0, tzinfo=timezone.utc)
+POLICIES = ("fixed", "observed", "cost", "race")
+
+
+@dataclass
+class Night:
+    arrival: dict[tuple[str, str], float]  # (strategy, region) -> minute GPUs are free (inf: stockout)
+    preemptions: dict[str, int]  # SPOT region -> preemptions of a run there
+    prices: dict
+
+
+def night(rng: random.Random, n: int, nights: int) -> Night:
+    """Night ``n``'s capacity and prices, drifting over the month."""
+    drift = n / max(1, nights - 1)  # 0 -> 1
+    flex = {C1: (20 + 200 * drift, 0.05 + 0.25 * drift), E4: (60, 0.1), W1: (40, 0.35)}  # (median min, P(stockout))
+    arrival = {}
+    for region, (median, stockout) in flex.items():
+        arrival[("FLEX_START", region)] = math.inf if rng.random() < stockout else median * rng.lognormvariate(0, 0.5)
+    for region, stockout in ((W1, 0.15), (C1, 0.4)):
+        arrival[("SPOT", region)] = math.inf if rng.random() < stockout else rng.uniform(2, 40)
+    rate = {W1: 0.2 + 1.2 * drift, C1: 0.3}
+    preemptions = {r: min(3, _poisson(rng, lam)) for r, lam in rate.items()}
+    wobble = lambda: 1 + rng.uniform(-0.1, 0.1)  # noqa: E731
+    prices = {"currency": "USD", GPU: {"STANDARD": 9.0},
+              "by_region": {C1: {GPU: {"FLEX_START": 4.0 * wobble(), "SPOT": 2.6 * wobble(), "STANDARD": 9.0}},
+                            E4: {GPU: {"FLEX_START": 4.6 * wobble()}},
+                            W1: {GPU: {"FLEX_START": 3.2 * wobble(), "SPOT": 2.2 * wobble()}}}}
+    return Night(arrival, preemptions, prices)
+
+
+def _poisson(rng: random.Random, lam: float) -> int:
+    k, p, limit = 0, 1.0, math.exp(-lam)
+    while True:
+        p *= rng.random()
+        if p <= limit:
+            return k
+        k += 1
+
+
+@dataclass
+class Outcome:
+    cost: float = 0.0
+    gpu_hours: float = 0.0
+    missed: bool = False
+    to_running: float | None = None
+    created: int = 0
+    cancelled: int = 0
+    attempts: list = field(default_factory=list)  # (strategy, region, ran, minutes waited, preemptions)
+
+
+def train(out: Outcome, sky: Night, strategy: str, region: str, at: float, first: float, submitted: float) -> None:
+    """The job submitted at minute ``submitted`` got its GPUs at ``at``: run it (preemptions cost half a run each)."""
+    p = sky.preemptions.get(region, 0) if strategy == "SPOT" else 0
+    hours = RUN_MIN / 60 * (1 + PREEMPTION_WASTE * p)
+    price = price_of(sky.prices, GPU, strategy, region) or 0.0
+    out.cost += price * GPUS * hours
+    out.gpu_hours += GPUS * hours
+    out.to_running = at - first
+    out.missed = at + hours * 60 + p * REQUEUE_MIN > DEADLINE_MIN
+    out.attempts.append((strategy, region, True, at - submitted, p))
+
+
+def sequential(sky: Night, orders: list[tuple[str, tuple[str, ...]]], waits: dict[str, float],
+               preemptions: dict[str, float] | None = None) -> Outcome:
+    """The plan's positions in order (regions first), the deadline's rule at each start (a SPOT
+    step's run with its observed preemptions, under the cost objective)."""
+    out, now, first = Outcome(), 0.0, None
+    for strategy, regions in orders:
+        for region in regions:
+            left = DEADLINE_MIN - now
+            needed = RUN_MIN * (1 + PREEMPTION_WASTE * (preemptions or {}).get(region, 0.0)) if strategy == "SPOT" \
+                else RUN_MIN
+            if left <= needed:  # deadline_budget: the step cannot finish, skipped
+                continue
+            if strategy == "FLEX_START":
+                wait = min(waits.get(region, FLEX_WAIT_MIN), left - RUN_MIN)
+                if wait < MIN_FLEX_START_WAIT.total_seconds() / 60:
+                    continue
+            else:  # running_bound: the smaller of the step's bound and deadline - run
+                wait = min(SPOT_BOUND_MIN if strategy == "SPOT" else math.inf, left - needed)
+            out.created += 1
+            first = now if first is None else first
+            got = STANDARD_PROVISION_MIN if strategy == "STANDARD" else sky.arrival[(strategy, region)]
+            if got <= wait:
+                train(out, sky, strategy, region, now + got, first, now)
+                return out
+            out.attempts.append((strategy, region, False, wait, 0))
+            out.cancelled += strategy == "SPOT"  # the operator's bound cancels it; a DWS wait expires by itself
+            now += wait
+    out.missed = True  # never ran
+    return out
+
+
+def race(sky: Night) -> Outcome:
+    out = Outcome(created=3)
+    members = [("FLEX_START", C1, FLEX_WAIT_MIN), ("FLEX_START", E4, FLEX_WAIT_MIN), ("SPOT", W1, SPOT_BOUND_MIN)]
+    got = [(sky.arrival[(s, r)], s, r) for s, r, w in members if sky.arrival[(s, r)] <= min(w, DEADLINE_MIN - RUN_MIN)]
+    if got:
+        at, strategy, region = min(got)
+        out.cancelled = 2
+        train(out, sky, strategy, region, at, 0.0, 0.0)
+        return out
+    out.cancelled = 1  # the SPOT member at its bound; the DWS waits expire
+    now = max(min(w, DEADLINE_MIN - RUN_MIN) for _, _, w in members)
+    out.created += 1
+    train(out, sky, "STANDARD", C1, now + STANDARD_PROVISION_MIN, 0.0, now)
+    out.to_running = now + STANDARD_PROVISION_MIN
+    return out
+
+
+def month(seed: int, nights: int) -> dict:
+    rng = random.Random(seed)
+    skies = [night(rng, n, nights) for n in range(nights)]
+    results = {}
+    for policy in POLICIES:
+        history: list[dict] = []
+        outs = []
+        for n, sky in enumerate(skies):
+            when = START + timedelta(days=n)
+            orders, waits, preemptions = list(PLAN), {}, None
+            if policy == "observed":
+                orders = [(s, observed.order(regions, GPU, history, when)[0]) for s, regions in PLAN]
+            elif policy == "cost":
+                orders = [(s, cheapest_order(regions, {r: price_of(sky.prices, GPU, s, r) for r in regions},
+                                             history_stats(regions, GPU, history, when), RUN_MIN * 60,
+                                             DEADLINE_MIN * 60)[0]) for s, regions in PLAN]
+                learned = {r: learned_wait(history, r, GPU, when, timedelta(minutes=FLEX_WAIT_MIN)).wait.total_seconds()
+                           for r in PLAN[0][1]}
+                # the plan's slack shared as the operator does (region_order._waits): the positions before the last step
+                tried = [(learned[r], True) for r in orders[0][1]] + [(SPOT_BOUND_MIN * 60, False)] * len(PLAN[1][1])
+                slack = (DEADLINE_MIN - RUN_MIN) * 60 - reserve_of(history, C1, GPU, "STANDARD", when).total_seconds()
+                shared = share_slack(tried, slack)
+                waits = {r: w / 60 for r, w in zip(orders[0][1], shared)}
+                preemptions = spot_preemptions(PLAN[1][1], GPU, history, when)
+            out = race(sky) if policy == "race" else sequential(sky, orders, waits, preemptions)
+            outs.append(out)
+            for strategy, region, ran, minutes, p in out.attempts:  # what the operator records, per attempt
+                entry = observed.observation({"location": region, "accelerator_type": GPU, "strategy": strategy,
+                                              "running_since": "x" if ran else None, "queued_seconds": minutes * 60,
+                                              "outcome": None if ran else "capacity_timeout"}, p, when)
+                if entry is not None:
+                    history = observed.add(history, entry, when + timedelta(hours=8))
+        ran = [o.to_running for o in outs if o.to_running is not None]
+        results[policy] = {"cost": round(sum(o.cost for o in outs), 1), "gpu_hours": round(sum(o.gpu_hours for o in outs), 1),
+                           "deadline_misses": sum(o.missed for o in outs),
+                           "cost_per_night_in_time": round(sum(o.cost for o in outs if not o.missed)
+                                                           / max(1, sum(not o.missed for o in outs)), 1),
+                           "mean_to_running_min": round(sum(ran) / len(ran), 1) if ran else None,
+                           "jobs_created": sum(o.created for o in outs), "jobs_cancelled": sum(o.cancelled for o in outs)}
+    base = results["fixed"]
+    for policy in POLICIES:
+        r = results[policy]
+        r["cost_ratio"] = round(r["cost"] / base["cost"], 3)
+        r["gpu_hours_ratio"] = round(r["gpu_hours"] / base["gpu_hours"], 3)
+        r["cost_per_night_in_time_ratio"] = round(r["cost_per_night_in_time"] / base["cost_per_night_in_time"], 3)
+        r["to_running_ratio"] = round((r["mean_to_running_min"] or 0) / max(base["mean_to_running_min"] or 0, 1e-9), 3)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--nights", type=int, default=30)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
+    args = parser.parse_args()
+    started = time.monotonic()
+    results = month(args.seed, args.nights)
+    keys = ("cost", "cost_ratio", "gpu_hours", "gpu_hours_ratio", "deadline_misses", "cost_per_night_in_time",
+            "cost_per_night_in_time_ratio", "mean_to_running_min",
+            "to_running_ratio", "jobs_created", "jobs_cancelled")
+    print(f"{args.nights} nights, seed {args.seed} ({time.monotonic() - started:.1f}s)")
+    print(f"{'':22}" + "".join(f"{p:>12}" for p in POLICIES))
+    for key in keys:
+        print(f"{key:22}" + "".join(f"{str(results[p][key]):>12}" for p in POLICIES))
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
