@@ -51,8 +51,9 @@ def _child(home: str, out: str) -> None:
 
     configure_airflow_home(home)
     result = run_dag(_dag(), logical_date=START)
+    copies = [str(d.locate_file("")) for d in distributions(name="airflow-gpu-sched")]
     Path(out).write_text(json.dumps({"state": result.state, "training": result["train_and_register"].return_value,
-                                     "distributions": [str(d.locate_file("")) for d in distributions(name="airflow-gpu-sched")]}))
+                                     "distributions": copies}))
 
 
 # A hang guard only: alone the child takes ~20 s, on this 2-core machine loaded by other test runs

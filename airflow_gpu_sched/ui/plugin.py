@@ -47,7 +47,8 @@ def duplicate_installs(path: list[str] | None = None) -> list[str]:
     -- is silently missing in tasks (apache/airflow#72253)."""
     from importlib.metadata import distributions
 
-    found = [str(d.locate_file("")) for d in distributions(name=DISTRIBUTION, **({} if path is None else {"path": path}))]
+    where = {} if path is None else {"path": path}
+    found = [str(d.locate_file("")) for d in distributions(name=DISTRIBUTION, **where)]
     return found if len(found) > 1 else []
 
 
