@@ -166,7 +166,9 @@ def test_a_job_whose_run_was_deleted_is_an_orphan(held, capsys):
     with create_session() as session:
         session.execute(delete(DagRun).where(DagRun.dag_id == "cli_run_deleted"))
     code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
-    [orphan] = json.loads(out)
+    orphans = json.loads(out)
+    assert len(orphans) == 1, [(j["name"], j["state"], j.get("labels")) for j in _every_job(held)]
+    [orphan] = orphans
     assert orphan["dag"] == "cli_run_deleted" and orphan["why"] == "no task instance of it in the metadata DB"
 
 

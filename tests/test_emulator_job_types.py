@@ -84,6 +84,18 @@ class Vertex:
         return self.call("customJobs.get", "GET", name)
 
 
+# Emulated time moves only when a test advances it (1 emulated second per ~12 real days). At speed
+# 1 these tests were flaky under load: the tuning-waves test asserted QUEUED right after the
+# create, and a busy machine let queueSeconds (1 s) pass first -- it was PENDING.
+STILL = 1e-6
+
+
+@pytest.fixture
+def emulator(emulator):
+    emulator.reset({"seed": 7, "speed": STILL})
+    return emulator
+
+
 @pytest.fixture
 def vertex(emulator) -> Vertex:
     return Vertex(emulator.url)
@@ -188,7 +200,7 @@ def test_minimize_random_search_is_seeded_and_best_is_the_smallest(vertex, emula
     losses = {t.id: t.final_measurement.value_of("accuracy") for t in done.trials}
     assert losses == {k: pytest.approx((v - 0.7) ** 2) for k, v in values.items()}
     assert done.best_trial().id == min(losses, key=losses.get)
-    emulator.reset({"seed": 7, "speed": 1})  # same seed, same creation order: the same suggestions
+    emulator.reset({"seed": 7, "speed": STILL})  # same seed, same creation order: the same suggestions
     again = vertex.create_tuning(body)
     assert again["name"] == name
     emulator.advance(1)  # the trials start once the tuning job leaves QUEUED
@@ -211,7 +223,7 @@ def test_spot_tuning_job_whose_trial_is_preempted_still_succeeds(vertex, emulato
 
 
 def test_a_trial_that_stocks_out_fails_the_tuning_job_with_stockout(vertex, emulator):
-    emulator.reset({"seed": 7, "speed": 1, "maxServiceRestarts": 1})
+    emulator.reset({"seed": 7, "speed": STILL, "maxServiceRestarts": 1})
     name = vertex.create_tuning(tuning(max_trials=3, parallel=2, strategy="SPOT", max_failed=1,
                                        run_seconds=600))["name"]
     emulator.advance(40)
@@ -260,7 +272,7 @@ def test_flex_start_trial_wait_expiry_fails_the_tuning_job_with_that_reason(vert
 def test_tuning_trials_run_on_a_persistent_resource(vertex, emulator):
     from tests.conftest import with_a100_pool
 
-    emulator.reset({**with_a100_pool(replicas=1), "speed": 1})
+    emulator.reset({**with_a100_pool(replicas=1), "speed": STILL})
     body = tuning(max_trials=2, parallel=2)
     body["trialJobSpec"]["persistentResourceId"] = "pool-a"
     body["trialJobSpec"].pop("scheduling")
@@ -520,7 +532,7 @@ def test_quota_infos_list_the_limits_set_per_region_with_a_default(emulator):
 
 
 def test_scenario_quotas_are_served_and_enforced(vertex, emulator):
-    emulator.reset({"seed": 7, "speed": 1, "defaultGpuQuota": 32,
+    emulator.reset({"seed": 7, "speed": STILL, "defaultGpuQuota": 32,
                     "quotas": [{"metric": H100_PREEMPTIBLE, "region": LOCATION, "limit": 1}]})
     infos = [QuotaInfo.model_validate(q) for q in _quota_infos_raw(emulator.url).json()["quotaInfos"]]
     assert quota_limit(infos, H100_PREEMPTIBLE, LOCATION) == 1

@@ -45,11 +45,15 @@ def _child(home: str, out: str) -> None:
     """In the child process: a fresh Airflow home, the DAG through dag.test(), its result written
     to ``out`` (not stdout: the listener's process-pool worker logs there at the same moment, and
     a pipe's writes from two processes interleave mid-line)."""
+    from importlib.metadata import distributions
+
     from tests.airflow_harness import configure_airflow_home, run_dag
 
     configure_airflow_home(home)
     result = run_dag(_dag(), logical_date=START)
-    Path(out).write_text(json.dumps({"state": result.state, "training": result["train_and_register"].return_value}))
+    copies = [str(d.locate_file("")) for d in distributions(name="airflow-gpu-sched")]
+    Path(out).write_text(json.dumps({"state": result.state, "training": result["train_and_register"].return_value,
+                                     "distributions": copies}))
 
 
 # A hang guard only: alone the child takes ~20 s, on this 2-core machine loaded by other test runs
@@ -57,21 +61,24 @@ def _child(home: str, out: str) -> None:
 CHILD_TIMEOUT = 1200
 
 
-# It was a non-strict xfail ("flaky, 1 of 4 runs"): the child printed its result on stdout, where
-# the OpenLineage listener's process-pool worker (the DAG's COMPLETE event) logs at the same
-# moment; the two processes' writes to the pipe interleaved inside the RESULT line (JSONDecodeError:
-# Extra data ... adapter.py:206). The result now goes through a file of its own.
-# Still failing after that fix: stop 28's final make test, then every run on this machine at the
-# session's end, on every commit back to ea247db (so the venv or the machine, not a commit): the
-# task's events missing, the DAG's COMPLETE present, the child exit 0, thread mode joined with a
-# 1,200 s timeout (not the fork timeout, not the stdout interleave). Cause open (issue 24):
-# non-strict again so the suite's other 1,900 tests land; it still runs.
-@pytest.mark.xfail(strict=False, reason="flaky, cause open (issue 24): the task's OpenLineage events are "
-                                        "sometimes missing while the DAG's COMPLETE arrives")
+# It was a non-strict xfail twice. First cause: the child printed its result on stdout, where the
+# listener's process-pool worker logs at the same moment (the lines interleaved); the result now
+# goes through a file. Second cause (the task's events missing, the DAG's COMPLETE present, on every
+# run once test_wheel had run in the checkout): test_wheel's in-tree build left
+# airflow_gpu_sched.egg-info/ in the checkout, a second airflow-gpu-sched distribution on the child's
+# PYTHONPATH; Airflow then loads our plugin twice and the Task SDK's plugins manager (1.3.2) returns
+# at the duplicate instead of skipping it, so the OpenLineage plugin after it never registers in
+# the task process (apache/airflow#72253; core's copy was fixed in #60498). test_wheel now builds
+# from a copy, the child sees only the package and the tests, and the plugin warns (ui/plugin.py).
 @pytest.mark.timeout(CHILD_TIMEOUT + 60)
 def test_the_complete_event_has_the_inputs_outputs_and_run_facet(fast_emulator, tmp_path):
     events = tmp_path / "openlineage.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
+    # the child's path: the package and the tests only, not whatever else lies in the checkout
+    path = tmp_path / "path"
+    path.mkdir()
+    for name in ("airflow_gpu_sched", "tests"):
+        (path / name).symlink_to(ROOT / name, target_is_directory=True)
+    env = {**os.environ, "PYTHONPATH": str(path),
            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events),
                                                           "append": True}),
            "AIRFLOW__OPENLINEAGE__NAMESPACE": "gpu-sched-test",
@@ -88,9 +95,11 @@ def test_the_complete_event_has_the_inputs_outputs_and_run_facet(fast_emulator, 
     out = tmp_path / "result.json"
     child = subprocess.run([sys.executable, "-c", f"from tests.test_observe_lineage import _child; "
                                                   f"_child({str(tmp_path / 'home')!r}, {str(out)!r})"],
-                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+                           env=env, cwd=path, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert child.returncode == 0, child.stderr[-4000:]
     result = json.loads(out.read_text())
+    # a second copy of the distribution drops the listener's task events (see above)
+    assert len(result["distributions"]) == 1, result["distributions"]
     assert result["state"] == "success"
     training = result["training"]
 

@@ -118,21 +118,46 @@ async def test_a_job_never_running_by_the_bound_is_cancelled_and_reported_as_a_c
     assert fast_emulator.stats()["cancels"] == 1
 
 
-async def test_the_bound_counts_only_until_the_first_running(fast_emulator):
+@pytest.mark.timeout(600)  # hang guards only
+async def test_the_bound_counts_only_until_the_first_running(vertex_conn, capfd):
     """A SPOT job that ran, was preempted and waits QUEUED again is past its bound but not
-    cancelled: restarts after the first RUNNING are the preemption budget's business."""
-    name = _create(fast_emulator, _job("SPOT", run_seconds=60))
-    trigger = asyncio.ensure_future(_first(CustomJobTrigger(name, poll_interval=0.05, running_by=time.time() + 1)))
-    while (await asyncio.to_thread(requests.get, f"{fast_emulator.url}/v1/{name}", timeout=5)).json()["state"] \
-            != "JOB_STATE_RUNNING":
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(0.2)  # the trigger's polls see it RUNNING (its startTime was set at admission anyway)
-    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
-    fast_emulator.preempt(name)  # back to QUEUED, with no Spot capacity past the bound
-    fast_emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8, at_seconds=300)
+    cancelled: restarts after the first RUNNING are the preemption budget's business.
+
+    No step depends on the machine's speed (it was flaky under load: a 0.2 s sleep for the trigger
+    to see RUNNING, a 60 s job at 100x that could end before the preemption, a bound 1 s ahead that
+    could pass before the job ran). Emulated time moves only when the test advances it (speed 1,
+    steps of minutes), the bound is already past when the trigger starts, and the test waits for
+    the trigger's own log line of each state it saw (written where it decides on the bound)."""
+    emulator = vertex_conn
+    emulator.reset({**FAST, "speed": 1})
+    name = _create(emulator, _job("SPOT", run_seconds=3600))
+    emulator.advance(60)  # admitted, provisioned: RUNNING, before the trigger looks
+    assert _get(emulator, name)["state"] == "JOB_STATE_RUNNING"
+
+    logged = []
+
+    async def saw(state: str) -> None:  # the trigger logged that it saw the job in this state
+        while f"{name}: {state}" not in "".join(logged):
+            logged.append("".join(capfd.readouterr()))  # its structlog lines, on the process's stdout
+            await asyncio.sleep(0.01)
+
+    trigger = asyncio.ensure_future(_first(CustomJobTrigger(name, poll_interval=0.05,
+                                                            running_by=time.time() - 1), timeout=240))
+    await asyncio.wait_for(saw("JOB_STATE_RUNNING"), 120)
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    emulator.preempt(name)  # back to QUEUED, with no Spot capacity, long past the bound
+    assert _get(emulator, name)["state"] == "JOB_STATE_QUEUED"
+    await asyncio.wait_for(saw("JOB_STATE_QUEUED"), 120)  # the trigger saw it past the bound
+    assert emulator.stats()["cancels"] == 0
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8)
+    emulator.advance(2 * 3600)  # runs again, to its end
     event = await trigger
-    assert event["status"] == "succeeded" and fast_emulator.stats()["cancels"] == 0
+    assert event["status"] == "succeeded" and emulator.stats()["cancels"] == 0
     assert "JOB_STATE_RUNNING" in event["observed"]["seen"]
+
+
+def _get(emulator, name: str) -> dict:
+    return requests.get(f"{emulator.url}/v1/{name}", timeout=30).json()
 
 
 @pytest.mark.parametrize("state, started, running_by, now, expired", [

@@ -41,6 +41,25 @@ def test_loading_the_plugin_imports_neither_fastapi_nor_the_operators():
     assert added <= {"airflow_gpu_sched", "airflow_gpu_sched.ui", "airflow_gpu_sched.ui.plugin"}, added
 
 
+def test_the_plugin_warns_when_the_package_is_installed_twice(tmp_path, monkeypatch, caplog):
+    """A second copy (a stale egg-info on PYTHONPATH) loads our entry point twice and the Task SDK
+    drops the plugins after it in tasks (apache/airflow#72253): the plugin says so when it loads."""
+    import logging
+
+    from airflow_gpu_sched.ui.plugin import GpuSchedPlugin, duplicate_installs
+
+    assert duplicate_installs() == []  # this venv: one copy
+    stale = tmp_path / "airflow_gpu_sched.egg-info"
+    stale.mkdir()
+    (stale / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: airflow-gpu-sched\nVersion: 0.0.1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert str(tmp_path) in duplicate_installs() and len(duplicate_installs()) == 2
+    with caplog.at_level(logging.WARNING, logger="airflow_gpu_sched.ui.plugin"):
+        GpuSchedPlugin.on_load()
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "airflow_gpu_sched.ui.plugin"]
+    assert "installed 2 times" in warning and str(tmp_path) in warning and "72253" in warning
+
+
 def test_it_reads_as_the_caller_bearer_first_then_the_ui_session_cookie():
     assert credential({"authorization": "Bearer abc"}, {"_token": "cookie"}) == "abc"
     assert credential({}, {"_token": "cookie"}) == "cookie"

@@ -13,6 +13,7 @@ directory outside the checkout, with no PYTHONPATH.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -30,8 +31,18 @@ pytestmark = pytest.mark.timeout(600)
 def installed(tmp_path_factory) -> tuple[Path, Path, dict]:
     tmp = tmp_path_factory.mktemp("wheel")
     wheels = tmp / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+    # from a copy: setuptools builds in the source tree and leaves airflow_gpu_sched.egg-info/ and
+    # build/ there (git-ignored, so they outlive the run). That egg-info on a PYTHONPATH is a second
+    # airflow-gpu-sched distribution: Airflow then loads the plugin twice, and the Task SDK's plugins
+    # manager (1.3.2) stops at the duplicate, dropping the plugins after it -- the OpenLineage
+    # listener's task events went missing in test_observe_lineage (apache/airflow#72253).
+    source = tmp / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "build", "dist", "site", "*.egg-info",
+                                                                 "__pycache__"))
+    before = sorted(p.name for p in ROOT.iterdir())
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
                    cwd=tmp, check=True, capture_output=True)
+    assert sorted(p.name for p in ROOT.iterdir()) == before  # the build wrote nothing into the checkout
     wheel = next(wheels.glob("airflow_gpu_sched-*.whl"))
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

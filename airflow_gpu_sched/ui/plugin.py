@@ -11,6 +11,7 @@ May import: ui; airflow.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -32,6 +33,25 @@ class LazyApp:
         await self._app(scope, receive, send)
 
 
+log = logging.getLogger(__name__)
+
+DISTRIBUTION = "airflow-gpu-sched"
+
+
+def duplicate_installs(path: list[str] | None = None) -> list[str]:
+    """Where ``airflow-gpu-sched`` is installed, if more than once on ``path`` (sys.path by default).
+
+    Twice (e.g. site-packages and a checkout's ``airflow_gpu_sched.egg-info`` on PYTHONPATH) means
+    our plugin's entry point twice, and the Task SDK's plugins manager (1.3.2) stops at the second
+    instead of skipping it: every plugin listed after it -- the OpenLineage listener's task events
+    -- is silently missing in tasks (apache/airflow#72253)."""
+    from importlib.metadata import distributions
+
+    where = {} if path is None else {"path": path}
+    found = [str(d.locate_file("")) for d in distributions(name=DISTRIBUTION, **where)]
+    return found if len(found) > 1 else []
+
+
 class GpuSchedPlugin(AirflowPlugin):
     name = "airflow_gpu_sched"
     fastapi_apps = [{"app": LazyApp(), "url_prefix": PREFIX, "name": "GPU training timeline"}]
@@ -44,3 +64,12 @@ class GpuSchedPlugin(AirflowPlugin):
         {"name": "GPU training", "href": "gpu-sched/", "destination": "nav", "category": "browse",
          "url_route": "gpu-training"},
     ]
+
+    @classmethod
+    def on_load(cls, *args: Any, **kwargs: Any) -> None:
+        # once per process: say why other plugins' task hooks may be missing (we cannot reorder them)
+        if where := duplicate_installs():
+            log.warning("%s is installed %d times (%s): Airflow's Task SDK then skips the plugins "
+                        "loaded after its second copy in tasks (OpenLineage task events go missing, "
+                        "apache/airflow#72253); uninstall one copy or remove the stale *.egg-info",
+                        DISTRIBUTION, len(where), ", ".join(where))
