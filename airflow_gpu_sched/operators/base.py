@@ -113,8 +113,7 @@ class VertexTrainingOperator(BaseOperator):
         deadline: datetime | timedelta | None = None,
         expected_run_time: timedelta | float | str | None = None,
         prices: dict[str, Any] | str | None = None,
-        budget: float | None = None,
-        plan_objective: str | None = None,
+        budget: float | None = None, plan_objective: str | None = None,
         run_budget: Any = None,
         on_capacity_acquired: Any = None,
         on_preempted: Any = None,
@@ -123,8 +122,7 @@ class VertexTrainingOperator(BaseOperator):
         stream_logs: bool = True,
         log_lines_per_minute: int | None = 600,
         failure_log_lines: int = 50,
-        resubmit_on: list[int | str] | None = None,
-        max_failure_resubmits: int = 0,
+        resubmit_on: list[int | str] | None = None, max_failure_resubmits: int = 0,
         **kwargs: Any,
     ) -> None:
         given = {name: value for name, value in locals().items() if name not in ("self", "kwargs", "__class__")}
