@@ -188,7 +188,8 @@ def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRo
             why = "no task instance of it in the metadata DB" + ("" if job.run else " (any run)")
         else:
             last = max(owners, key=lambda ti: ti.try_number)
-            why = f"task instance is {last.state or 'none'} (run {last.run_id}, try {last.try_number})"
+            tried = f", try {last.try_number}" if last.try_number >= 0 else ""  # -1: not read (the reaper's states)
+            why = f"task instance is {last.state or 'none'} (run {last.run_id}{tried})"
         orphans.append(Orphan(job, why))
     return orphans
 
