@@ -44,6 +44,7 @@ from airflow_gpu_sched.orchestration.errors import (
     VertexUnreachable,
 )
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL, SubmissionLedger
+from airflow_gpu_sched.orchestration.orphans import label_value
 from airflow_gpu_sched.vertex.defaults import TRANSIENT_ERROR_WINDOW
 
 if TYPE_CHECKING:  # the pydantic models, rules and job types load when a task runs, not at DAG parse
@@ -70,8 +71,8 @@ class VertexCustomJobLink(ConsoleLink):
 
 
 def _label_value(text: str) -> str:
-    """Any text as a valid label value: lowercase, [a-z0-9_-], at most 63 characters."""
-    return re.sub(r"[^a-z0-9_-]+", "-", text.lower())[:63].strip("-")
+    """Any text as a valid label value (one rule: the orphan matching reads labels with it too)."""
+    return label_value(text)
 
 
 class VertexTrainingOperator(BaseOperator):

@@ -26,7 +26,7 @@ poller (every watcher is told, and keeps its own transient-error window); the po
 when its last watcher leaves; a trigger that is cancelled or moved to another triggerer leaves
 in ``finally``. Nothing blocks the loop: all I/O is the async client's.
 
-May import: vertex, orchestration; airflow.
+May import: vertex, orchestration, triggers; airflow.
 """
 
 from __future__ import annotations

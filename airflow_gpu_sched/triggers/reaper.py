@@ -7,7 +7,7 @@ project, region and job type in a triggerer) calls :meth:`Reaper.maybe_reap` aft
 most one pass per ``[gpu_sched] reaper_interval``, each one paged list of this package's active
 jobs (labels and state only).
 
-The decision is pure (:func:`~airflow_gpu_sched.tools.platform.find_orphans` and
+The decision is pure (:func:`~airflow_gpu_sched.orchestration.orphans.find_orphans` and
 :class:`Sightings`): a job is cancelled only when it was seen orphaned on two passes at least
 ``[gpu_sched] reaper_grace`` apart, and the task instances are read again just before the cancel.
 The task instance states come from the triggerer's supervisor (Execution API ``GetTaskStates``,
@@ -18,7 +18,7 @@ every run was deleted), is left alone: ``airflow gpu-sched jobs orphans`` reads 
 Every cancel is logged with the job, its task instance (from the job's labels) and why; never
 the job's spec, env or anything of the connection.
 
-May import: vertex, orchestration, tools.platform; airflow only inside functions.
+May import: vertex, orchestration, triggers; airflow only inside functions.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu_sched.tools.platform import JobRow, Orphan, TaskInstanceRow, find_orphans, label_value, link_children
+from airflow_gpu_sched.orchestration.orphans import (MANAGED_FILTER, JobRow, Orphan, TaskInstanceRow, find_orphans,
+                                                      label_value, link_children)
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +203,8 @@ class Reaper:
 
     async def _list_active(self, client: Any) -> list[Any]:
         from airflow_gpu_sched.orchestration.job_types import WATCH_FIELDS
-        from airflow_gpu_sched.triggers.poller import OURS
 
-        flt = f"{OURS} AND {self.job_type.not_terminal_filter()}"
+        flt = f"{MANAGED_FILTER} AND {self.job_type.not_terminal_filter()}"
         found, token = [], None
         while True:
             page = await self.job_type.list_page(client, flt, PAGE_SIZE, token, ",".join(WATCH_FIELDS))
@@ -231,11 +231,13 @@ class Reaper:
         return rows, examined
 
     async def _cancel(self, client: Any, orphan: Orphan) -> None:
-        from airflow_gpu_sched.triggers.job import cancel_quietly
-        from airflow_gpu_sched.vertex.client import VertexError
+        from airflow_gpu_sched.vertex.client import InvalidArgumentError, VertexError
 
         try:
-            sent = await cancel_quietly(client, orphan.job.name)
+            await self.job_type.cancel(client, orphan.job.name)
+            sent = True
+        except InvalidArgumentError:  # 400 FAILED_PRECONDITION: it ended since the list
+            sent = False
         except VertexError as exc:
             log.error("reaper: could not cancel %s (%s; %s): %s; the next pass tries again", orphan.job.name,
                       describe(orphan.job), orphan.why, exc)
