@@ -95,29 +95,29 @@ def _orphan(name: str) -> Orphan:
 
 def test_one_sighting_is_never_enough_however_long_the_grace():
     sightings = Sightings()
-    assert sightings.sight([_orphan("a")], {"a"}, now=10.0, grace=0.0) == []
-    assert [o.job.name for o in sightings.sight([_orphan("a")], {"a"}, now=10.5, grace=0.0)] == ["a"]
+    assert sightings.sight([_orphan("a")], set(), now=10.0, grace=0.0) == []
+    assert [o.job.name for o in sightings.sight([_orphan("a")], set(), now=10.5, grace=0.0)] == ["a"]
 
 
 def test_a_job_is_due_only_grace_after_its_first_sighting():
     sightings = Sightings()
-    assert sightings.sight([_orphan("a")], {"a"}, now=0.0, grace=60.0) == []
-    assert sightings.sight([_orphan("a")], {"a"}, now=59.0, grace=60.0) == []
-    assert [o.job.name for o in sightings.sight([_orphan("a")], {"a"}, now=60.0, grace=60.0)] == ["a"]
+    assert sightings.sight([_orphan("a")], set(), now=0.0, grace=60.0) == []
+    assert sightings.sight([_orphan("a")], set(), now=59.0, grace=60.0) == []
+    assert [o.job.name for o in sightings.sight([_orphan("a")], set(), now=60.0, grace=60.0)] == ["a"]
 
 
 def test_a_job_seen_owned_again_starts_the_count_again():
     sightings = Sightings()
-    sightings.sight([_orphan("a")], {"a"}, now=0.0, grace=60.0)
-    assert sightings.sight([], {"a"}, now=30.0, grace=60.0) == []  # a retry re-attached: owned
-    assert sightings.sight([_orphan("a")], {"a"}, now=61.0, grace=60.0) == []  # orphaned again: a new first sighting
+    sightings.sight([_orphan("a")], set(), now=0.0, grace=60.0)
+    assert sightings.sight([], set(), now=30.0, grace=60.0) == []  # a retry re-attached: owned
+    assert sightings.sight([_orphan("a")], set(), now=61.0, grace=60.0) == []  # orphaned again: a new first sighting
     assert "a" in sightings.first_seen and sightings.first_seen["a"] == 61.0
 
 
 def test_a_job_whose_owners_were_unreadable_keeps_its_first_sighting():
     sightings = Sightings()
-    sightings.sight([_orphan("a")], {"a"}, now=0.0, grace=60.0)
-    assert sightings.sight([], set(), now=30.0, grace=60.0) == []
+    sightings.sight([_orphan("a")], set(), now=0.0, grace=60.0)
+    assert sightings.sight([], {"a"}, now=30.0, grace=60.0) == []
     assert sightings.first_seen == {"a": 0.0}
 
 
@@ -194,6 +194,16 @@ async def test_unreadable_or_unknown_owners_leave_the_job_alone(emu):
     assert await _passes(reaper, clock, 3, step=5) == [[], [], []]
     assert emu.stats()["cancels"] == 0
     assert {_state(emu, unknown), _state(emu, unreadable)}.isdisjoint({"JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"})
+
+
+async def test_a_cancelling_job_is_not_cancelled_again(emu):
+    states = States({("train_dag", "train"): {RUN: {"train": "failed"}}})
+    clock = Clock()
+    reaper = Reaper(CUSTOM_JOB, states, interval=1, grace=1, clock=clock)
+    emu.reset({**__import__("tests.conftest").conftest.FAST, "cancelSeconds": 100_000})  # CANCELLING for long
+    name = _job(emu)
+    assert [[o.job.name for o in p] for p in await _passes(reaper, clock, 4, step=5)] == [[], [name], [], []]
+    assert _state(emu, name) == "JOB_STATE_CANCELLING" and emu.stats()["cancels"] == 1
 
 
 async def test_an_ended_job_is_not_listed_nor_cancelled(emu):

@@ -68,12 +68,13 @@ class Sightings:
 
     first_seen: dict[str, float] = field(default_factory=dict)
 
-    def sight(self, orphans: list[Orphan], examined: set[str], now: float, grace: float) -> list[Orphan]:
-        """The orphans due for a cancel: seen orphaned at least ``grace`` ago and now. ``examined``:
-        the jobs whose owners this pass could read (a job it could not read keeps its first sighting)."""
+    def sight(self, orphans: list[Orphan], unread: set[str], now: float, grace: float) -> list[Orphan]:
+        """The orphans due for a cancel: seen orphaned at least ``grace`` ago and now. ``unread``:
+        the listed jobs whose owners this pass could not read (they keep their first sighting);
+        any other job not orphaned now (owned again, ended) is forgotten."""
         orphaned = {o.job.name for o in orphans}
         for name in list(self.first_seen):
-            if name in examined and name not in orphaned:
+            if name not in orphaned and name not in unread:
                 del self.first_seen[name]
         due = []
         for orphan in orphans:
@@ -181,10 +182,12 @@ class Reaper:
         """One pass: list, decide, re-read each due job's owners, cancel. The cancelled orphans."""
         self.passes += 1
         jobs = [job for job in job_rows(self.job_type, await self._list_active(client))
-                if job.active and job.dag and job.task and not job.parent]
+                if job.active and job.dag and job.task and not job.parent  # a trial: its parent is the one
+                and not (job.state or "").endswith("CANCELLING")]  # its cancel is under way already
         owners, examined = await self._owners(jobs)
         orphans = find_orphans([j for j in jobs if j.name in examined], owners)
-        due = self.sightings.sight(orphans, examined, self._clock(), self.grace)
+        unread = {j.name for j in jobs} - examined
+        due = self.sightings.sight(orphans, unread, self._clock(), self.grace)
         log.info("reaper pass %d (%s): %d active jobs, %d examined, %d orphaned, %d due",
                  self.passes, self.job_type.key, len(jobs), len(examined), len(orphans), len(due))
         cancelled = []

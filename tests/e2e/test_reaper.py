@@ -1,0 +1,216 @@
+"""The reaper as deployed (docs/reaper.md): jobs that no ``on_kill`` cancels are cancelled by the
+triggerer's shared poller, and a job a live try owns never is.
+
+The deployment runs the reaper every 2 s with a 2 s grace (``[gpu_sched] reaper_interval`` and
+``reaper_grace`` through the env), so "two sightings a grace apart" is the second pass that sees
+the job orphaned. Each test keeps one task of the same DAG deferred (a "keeper": its job waits
+for GPUs for ever), because the reaper runs in the shared poller of a triggerer that watches a
+job in the region; the keeper's job must never be cancelled either. Assertions are made against
+the emulator's own records and the triggerers' logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from airflow_gpu_sched.emulator import EmulatorServer
+from airflow_gpu_sched.emulator.control import EmulatorControl
+from airflow_gpu_sched.orchestration.orphans import label_value
+from tests.e2e.celery_deployment import CeleryDeployment, RedisServer, redis_available
+from tests.e2e.harness import AirflowDeployment, PostgresCluster, dags_folder, pg_available
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
+HOLD, RETRY = "e2e_reaper_hold", "e2e_reaper_retry"
+EXECUTORS = [pytest.param("local", id="local"), pytest.param("celery", id="celery", marks=pytest.mark.celery)]
+CANCELLED = ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+PASS_LINE = re.compile(r"reaper pass (\d+) \(custom_job\): (\d+) active jobs, (\d+) examined, (\d+) orphaned, (\d+) due")
+
+
+@pytest.fixture(scope="module", params=EXECUTORS)
+def deployment(request, tmp_path_factory):
+    executor = request.param
+    if not pg_available():
+        pytest.skip("PostgreSQL server tools missing (pg_createcluster): apt-get install -y postgresql")
+    if executor == "celery" and not redis_available():
+        pytest.skip("redis-server missing (the Celery broker): apt-get install -y redis-server")
+    root = tmp_path_factory.mktemp(f"e2e-reaper-{executor}")
+    dags = dags_folder(root, ("e2e_reaper.py", "_e2e_task.py"))
+    with EmulatorServer() as emulator, PostgresCluster() as pg, contextlib.ExitStack() as stack:
+        conn = {"conn_type": "google_cloud_platform",
+                "extra": {"project": "e2e-project", "api_endpoint": emulator.url}}
+        env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn),
+               "AIRFLOW__GPU_SCHED__REAPER_INTERVAL": "2", "AIRFLOW__GPU_SCHED__REAPER_GRACE": "2"}
+        if executor == "celery":
+            redis = stack.enter_context(RedisServer(root / "redis"))
+            deployed = CeleryDeployment(root / "home", pg.url, dags, env, broker_url=redis.url)
+        else:
+            deployed = AirflowDeployment(root / "home", pg.url, dags, env)
+        with deployed as airflow:
+            airflow.emulator = EmulatorControl(emulator.url)
+            yield airflow
+
+
+@pytest.fixture
+def airflow(deployment):
+    deployment.emulator.reset({**FAST, "queueSeconds": 100_000})  # every job waits for GPUs for ever
+    yield deployment
+    for dag_id in (HOLD, RETRY):  # leave nothing deferred for the next test
+        with contextlib.suppress(RuntimeError):
+            for run in deployment.api("GET", f"dags/{dag_id}/dagRuns", params={"state": "running"})["dag_runs"]:
+                deployment.api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
+
+
+def _jobs(airflow: AirflowDeployment) -> list[dict]:
+    emulator = airflow.emulator
+    response = emulator._session.get(f"{emulator.url}/v1/projects/e2e-project/locations/us-central1/customJobs",
+                                     timeout=10)
+    response.raise_for_status()
+    return response.json().get("customJobs", [])
+
+
+def _job(airflow: AirflowDeployment, name: str) -> dict:
+    return {j["name"]: j for j in _jobs(airflow)}[name]
+
+
+def _triggerer_logs(airflow: AirflowDeployment) -> str:
+    """The triggerers' own output: the reaper logs from their runner process."""
+    return "".join(p.read_text(errors="replace") for p in sorted(airflow.log_dir.glob("triggerer*.log")))
+
+
+def _passes(airflow: AirflowDeployment) -> list[tuple[int, ...]]:
+    return [tuple(int(g) for g in m.groups()) for m in PASS_LINE.finditer(_triggerer_logs(airflow))]
+
+
+def _keeper(airflow: AirflowDeployment, dag_id: str) -> tuple[str, str]:
+    """A run of ``dag_id`` that defers on a job waiting for GPUs: (run id, job name)."""
+    run_id = airflow.trigger(dag_id)
+    airflow.wait_task_state(dag_id, run_id, "train", {"deferred"}, timeout=180)
+    [job] = [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]
+    return run_id, job["name"]
+
+
+def _stalled_victim(airflow: AirflowDeployment, dag_id: str) -> tuple[str, str]:
+    """A run whose try 1 created its job and was SIGKILLed before deferring: (run id, job name),
+    once the task instance is waiting for its retry."""
+    run_id = airflow.trigger(dag_id, conf={"stall": True})
+    marker = airflow.home / "e2e-markers" / f"{run_id}.pid"
+    deadline = time.monotonic() + 180
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.why(dag_id, run_id)}"
+        time.sleep(0.2)
+    pid_text, job_name = marker.read_text().split()
+    os.kill(int(pid_text), signal.SIGKILL)  # a worker host lost: nothing runs the operator's on_kill
+    return run_id, job_name
+
+
+def _wait_cancelled(airflow: AirflowDeployment, job_name: str, dag_id: str, run_id: str) -> None:
+    deadline = time.monotonic() + 240  # a hang guard, not a measure
+    while _job(airflow, job_name)["state"] not in CANCELLED:
+        assert time.monotonic() < deadline, \
+            f"job not cancelled\n{_passes(airflow)[-10:]}\n{_triggerer_logs(airflow)[-20000:]}"
+        time.sleep(0.5)
+
+
+def _wait_passes(airflow: AirflowDeployment, after: int, count: int, **expect: int) -> int:
+    """Wait until ``count`` reaper passes numbered above ``after`` logged the ``expect``ed counts
+    (active, examined, orphaned, due); the last pass number. A hang guard only."""
+    fields = ("active", "examined", "orphaned", "due")
+    deadline = time.monotonic() + 240
+    while True:
+        seen = [p for p in _passes(airflow) if p[0] > after]
+        matching = [p for p in seen if all(p[1 + fields.index(k)] == v for k, v in expect.items())]
+        assert all(p in matching for p in seen), (seen, expect)
+        if len(matching) >= count:
+            return matching[-1][0]
+        assert time.monotonic() < deadline, f"no reaper pass: {seen}\n{_triggerer_logs(airflow)[-20000:]}"
+        time.sleep(0.5)
+
+
+def _last_pass(airflow: AirflowDeployment) -> int:
+    return max((p[0] for p in _passes(airflow)), default=0)
+
+
+def _reaped(airflow: AirflowDeployment, job_name: str) -> str:
+    [line] = [line for line in _triggerer_logs(airflow).splitlines() if f"reaper: cancelled {job_name}" in line]
+    return line
+
+
+def test_a_task_marked_failed_while_waiting_for_its_retry_has_its_job_cancelled_within_two_passes(airflow):
+    """Try 1 created its job and died before deferring (no trigger, so no on_kill); while the task
+    waits for its retry a user marks it failed: the reaper cancels the job on the second pass that
+    sees it orphaned, logs why, and leaves the deferred keeper's job alone. Fails on main: nothing
+    cancels the job (it stays QUEUED until the hang guard)."""
+    _, keeper_job = _keeper(airflow, HOLD)
+    run_id, job_name = _stalled_victim(airflow, HOLD)
+    airflow.wait_task_state(HOLD, run_id, "train", {"up_for_retry"}, timeout=180)
+    assert _job(airflow, job_name)["state"] == "JOB_STATE_QUEUED"
+    before = _last_pass(airflow)
+    airflow.api("PATCH", f"dags/{HOLD}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+    _wait_cancelled(airflow, job_name, HOLD, run_id)
+    # the passes since the mark: one first sighting, then the cancel (maybe one pass before the
+    # mark landed, which saw it owned)
+    orphaned = [p for p in _passes(airflow) if p[0] > before and p[3] >= 1]
+    assert [p[4] for p in orphaned][:2] == [0, 1], orphaned
+    line = _reaped(airflow, job_name)
+    assert f"dag={HOLD} task=train run={label_value(run_id)} try=1" in line, line
+    assert "task instance is failed" in line, line
+    assert "EMULATOR_RUN_SECONDS" not in _triggerer_logs(airflow)
+    assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
+    stats = airflow.emulator.stats()
+    assert stats["cancels"] == 1 and stats["jobsCreated"] == {"FLEX_START": 2}, stats
+
+
+def test_a_dag_run_deleted_while_its_task_waits_has_its_job_cancelled(airflow):
+    """The DAG run is deleted while its task waits for its retry (its task instances vanish with
+    it, no on_kill): the reaper cancels the job, saying no task instance owns it. Fails on main."""
+    _, keeper_job = _keeper(airflow, HOLD)
+    run_id, job_name = _stalled_victim(airflow, HOLD)
+    airflow.wait_task_state(HOLD, run_id, "train", {"up_for_retry"}, timeout=180)
+    airflow.api("DELETE", f"dags/{HOLD}/dagRuns/{run_id}")
+    _wait_cancelled(airflow, job_name, HOLD, run_id)
+    line = _reaped(airflow, job_name)
+    assert f"run={label_value(run_id)}" in line and "no task instance of it in the metadata DB" in line, line
+    assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
+    assert airflow.emulator.stats()["cancels"] == 1
+
+
+def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
+    """The race: try 1 dies between create and defer; its retry is held back (the DAG paused)
+    while reaper passes look at the job (owned: the task instance waits for its retry), then let
+    go: it re-attaches while passes go on. No cancel, one job for the run, the retry deferred on
+    it. Fails on main: no reaper pass is ever logged (and a reaper without the alive states or
+    the re-read would cancel here)."""
+    _, keeper_job = _keeper(airflow, RETRY)
+    airflow.api("PATCH", f"dags/{RETRY}", json={"is_paused": True})  # the retry waits while the reaper looks
+    try:
+        run_id, job_name = _stalled_victim(airflow, RETRY)
+        airflow.wait_task_state(RETRY, run_id, "train", {"up_for_retry", "scheduled"}, timeout=180)
+        # two passes examined both jobs (the keeper's and try 1's) and found neither orphaned
+        last = _wait_passes(airflow, _last_pass(airflow), 2, active=2, examined=2, orphaned=0)
+    finally:
+        airflow.api("PATCH", f"dags/{RETRY}", json={"is_paused": False})
+    root = airflow.home / "logs" / f"dag_id={RETRY}" / f"run_id={run_id}"
+    deadline = time.monotonic() + 240
+    while not any(f"re-attaching to {job_name}" in p.read_text(errors="replace")
+                  for p in root.rglob("attempt=2*") if p.is_file()):
+        assert time.monotonic() < deadline, f"try 2 never re-attached\n{airflow.why(RETRY, run_id)}"
+        time.sleep(0.5)
+    assert airflow.wait_task_state(RETRY, run_id, "train", {"deferred"}, timeout=180) == "deferred"
+    _wait_passes(airflow, last, 2, active=2, examined=2, orphaned=0)  # and after: still owned
+    ours = [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]
+    assert [(j["name"], j["state"]) for j in ours] == [(job_name, "JOB_STATE_QUEUED")], ours
+    assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
+    stats = airflow.emulator.stats()
+    assert stats["cancels"] == 0 and stats["jobsCreated"] == {"FLEX_START": 2}, stats
+    ti = {t["task_id"]: t for t in airflow.task_instances(RETRY, run_id)}["train"]
+    assert ti["try_number"] == 2, ti
+    assert "reaper: cancelled" not in _triggerer_logs(airflow).split(f"reaper pass {last} ", 1)[-1]
