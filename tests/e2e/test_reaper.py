@@ -82,8 +82,11 @@ def _job(airflow: AirflowDeployment, name: str) -> dict:
 
 
 def _triggerer_logs(airflow: AirflowDeployment) -> str:
-    """The triggerers' own output: the reaper logs from their runner process."""
-    return "".join(p.read_text(errors="replace") for p in sorted(airflow.log_dir.glob("triggerer*.log")))
+    """What the triggerers logged: their own output and the trigger logs. The reaper's lines are in
+    the trigger log of the task whose trigger started the region's poller (the poller's asyncio
+    task inherits that trigger's log context)."""
+    paths = [*sorted(airflow.log_dir.glob("triggerer*.log")), *sorted((airflow.home / "logs").rglob("*.log.trigger.*"))]
+    return "".join(p.read_text(errors="replace") for p in paths)
 
 
 def _passes(airflow: AirflowDeployment) -> list[tuple[int, ...]]:
