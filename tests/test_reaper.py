@@ -242,3 +242,16 @@ async def test_the_shared_poller_runs_the_reaper_once_per_interval(emu, monkeypa
     assert poller_module._POLLERS == {}
     assert _state(emu, watched) not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
     assert emu.stats()["cancels"] == 1 and reaper.passes >= 2 and reaper.calls == reaper.passes + 1
+
+
+def test_the_settings_come_from_gpu_sched_with_the_provider_defaults(monkeypatch):
+    from airflow_gpu_sched.provider import config
+
+    options = config()["gpu_sched"]["options"]
+    monkeypatch.delenv("AIRFLOW__GPU_SCHED__REAPER_INTERVAL", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_SCHED__REAPER_GRACE", raising=False)
+    assert reaper_module.settings() == (float(options["reaper_interval"]["default"]),
+                                        float(options["reaper_grace"]["default"]))
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__REAPER_INTERVAL", "2")
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__REAPER_GRACE", "not a number")
+    assert reaper_module.settings() == (2.0, reaper_module.DEFAULT_GRACE)

@@ -51,7 +51,7 @@ def settings() -> tuple[float, float]:
     def read(option: str, default: float) -> float:
         try:
             value = conf.getfloat(SECTION, option, fallback=default)
-        except (ValueError, TypeError) as exc:
+        except Exception as exc:  # AirflowConfigException: not a number
             log.warning("[%s] %s is not a number of seconds (%s): using %s", SECTION, option, exc, default)
             return default
         return value if value >= 0 else default

@@ -56,17 +56,30 @@ def deployment(request, tmp_path_factory):
             deployed = AirflowDeployment(root / "home", pg.url, dags, env)
         with deployed as airflow:
             airflow.emulator = EmulatorControl(emulator.url)
+            # once per module, never between tests: a reset starts the job ids again, and a late
+            # on_kill of the last test's trigger would then cancel this test's job of the same name
+            airflow.emulator.reset({**FAST, "queueSeconds": 100_000})  # every job waits for GPUs for ever
             yield airflow
 
 
 @pytest.fixture
 def airflow(deployment):
-    deployment.emulator.reset({**FAST, "queueSeconds": 100_000})  # every job waits for GPUs for ever
     yield deployment
-    for dag_id in (HOLD, RETRY):  # leave nothing deferred for the next test
-        with contextlib.suppress(RuntimeError):
-            for run in deployment.api("GET", f"dags/{dag_id}/dagRuns", params={"state": "running"})["dag_runs"]:
-                deployment.api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
+    # leave nothing waiting for the next test: fail the runs (a deferred task's on_kill cancels its
+    # job), then cancel what no trigger held (a victim's job, if the test failed before the reaper)
+    for dag_id in (HOLD, RETRY):
+        for run in deployment.api("GET", f"dags/{dag_id}/dagRuns", params={"state": "running"})["dag_runs"]:
+            deployment.api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
+    deadline = time.monotonic() + 180
+    while any(t["state"] in ("deferred", "running") for dag_id in (HOLD, RETRY) for run in
+              deployment.api("GET", f"dags/{dag_id}/dagRuns")["dag_runs"]
+              for t in deployment.task_instances(dag_id, run["dag_run_id"])):
+        assert time.monotonic() < deadline, "tasks still deferred after their runs were failed"
+        time.sleep(0.5)
+    emulator = deployment.emulator
+    for job in _jobs(deployment):
+        if job["state"] in ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING"):
+            emulator._session.post(f"{emulator.url}/v1/{job['name']}:cancel", timeout=10)
 
 
 def _jobs(airflow: AirflowDeployment) -> list[dict]:
@@ -142,6 +155,13 @@ def _last_pass(airflow: AirflowDeployment) -> int:
     return max((p[0] for p in _passes(airflow)), default=0)
 
 
+def _check_counts(airflow: AirflowDeployment, start: dict, cancels: int, created: int) -> None:
+    """Since ``start`` (the emulator's stats): this many cancels and FLEX_START jobs created."""
+    now = airflow.emulator.stats()
+    made = now["jobsCreated"].get("FLEX_START", 0) - start["jobsCreated"].get("FLEX_START", 0)
+    assert (now["cancels"] - start["cancels"], made) == (cancels, created), (start, now)
+
+
 def _reaped(airflow: AirflowDeployment, job_name: str) -> str:
     [line] = [line for line in _triggerer_logs(airflow).splitlines() if f"reaper: cancelled {job_name}" in line]
     return line
@@ -152,6 +172,7 @@ def test_a_task_marked_failed_while_waiting_for_its_retry_has_its_job_cancelled_
     waits for its retry a user marks it failed: the reaper cancels the job on the second pass that
     sees it orphaned, logs why, and leaves the deferred keeper's job alone. Fails on main: nothing
     cancels the job (it stays QUEUED until the hang guard)."""
+    start = airflow.emulator.stats()
     _, keeper_job = _keeper(airflow, HOLD)
     run_id, job_name = _stalled_victim(airflow, HOLD)
     airflow.wait_task_state(HOLD, run_id, "train", {"up_for_retry"}, timeout=180)
@@ -168,22 +189,34 @@ def test_a_task_marked_failed_while_waiting_for_its_retry_has_its_job_cancelled_
     assert "task instance is failed" in line, line
     assert "EMULATOR_RUN_SECONDS" not in _triggerer_logs(airflow)
     assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
-    stats = airflow.emulator.stats()
-    assert stats["cancels"] == 1 and stats["jobsCreated"] == {"FLEX_START": 2}, stats
+    _check_counts(airflow, start, cancels=1, created=2)
 
 
 def test_a_dag_run_deleted_while_its_task_waits_has_its_job_cancelled(airflow):
     """The DAG run is deleted while its task waits for its retry (its task instances vanish with
     it, no on_kill): the reaper cancels the job, saying no task instance owns it. Fails on main."""
+    start = airflow.emulator.stats()
     _, keeper_job = _keeper(airflow, HOLD)
     run_id, job_name = _stalled_victim(airflow, HOLD)
     airflow.wait_task_state(HOLD, run_id, "train", {"up_for_retry"}, timeout=180)
-    airflow.api("DELETE", f"dags/{HOLD}/dagRuns/{run_id}")
+    # Airflow's REST API refuses to delete a running run (409); its rows vanish so under
+    # `airflow db clean` or a database admin's DELETE, which cascades to its task instances
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(airflow.db_url)
+    try:
+        with engine.begin() as db:
+            deleted = db.execute(text("DELETE FROM dag_run WHERE dag_id = :dag AND run_id = :run"),
+                                 {"dag": HOLD, "run": run_id}).rowcount
+    finally:
+        engine.dispose()
+    assert deleted == 1
+    assert all(r["dag_run_id"] != run_id for r in airflow.api("GET", f"dags/{HOLD}/dagRuns")["dag_runs"])
     _wait_cancelled(airflow, job_name, HOLD, run_id)
     line = _reaped(airflow, job_name)
     assert f"run={label_value(run_id)}" in line and "no task instance of it in the metadata DB" in line, line
     assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
-    assert airflow.emulator.stats()["cancels"] == 1
+    _check_counts(airflow, start, cancels=1, created=2)
 
 
 def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
@@ -192,6 +225,7 @@ def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
     go: it re-attaches while passes go on. No cancel, one job for the run, the retry deferred on
     it. Fails on main: no reaper pass is ever logged (and a reaper without the alive states or
     the re-read would cancel here)."""
+    start = airflow.emulator.stats()
     _, keeper_job = _keeper(airflow, RETRY)
     airflow.api("PATCH", f"dags/{RETRY}", json={"is_paused": True})  # the retry waits while the reaper looks
     try:
@@ -212,8 +246,7 @@ def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
     ours = [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]
     assert [(j["name"], j["state"]) for j in ours] == [(job_name, "JOB_STATE_QUEUED")], ours
     assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
-    stats = airflow.emulator.stats()
-    assert stats["cancels"] == 0 and stats["jobsCreated"] == {"FLEX_START": 2}, stats
+    _check_counts(airflow, start, cancels=0, created=2)
     ti = {t["task_id"]: t for t in airflow.task_instances(RETRY, run_id)}["train"]
     assert ti["try_number"] == 2, ti
     assert "reaper: cancelled" not in _triggerer_logs(airflow).split(f"reaper pass {last} ", 1)[-1]
