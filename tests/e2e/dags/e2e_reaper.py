@@ -7,7 +7,7 @@ returned on try 1, then sleeps instead of deferring, so the test can SIGKILL it 
 and defer. A run without it trains and defers as usual (the deferred task that keeps the
 triggerer's shared poller, and so its reaper, going). ``e2e_reaper_hold`` waits 30 minutes
 before its retry (the task sits in ``up_for_retry`` while the test marks it or deletes its run);
-``e2e_reaper_retry`` retries after 1 s (the test holds the retry back by pausing the DAG).
+``e2e_reaper_retry`` retries after 10 s (reaper passes look at the job meanwhile).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class StallOnRequest(FlexStartTrainingOperator):
         return name
 
 
-for dag_id, retry_delay in (("e2e_reaper_hold", timedelta(minutes=30)), ("e2e_reaper_retry", timedelta(seconds=1))):
+for dag_id, retry_delay in (("e2e_reaper_hold", timedelta(minutes=30)), ("e2e_reaper_retry", timedelta(seconds=10))):
     with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"]):
         StallOnRequest(
             task_id="train",
