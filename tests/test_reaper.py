@@ -64,7 +64,8 @@ def _state(emulator, name: str) -> str:
 
 
 async def _passes(reaper: Reaper, clock: Clock, count: int, step: float) -> list[list[Orphan]]:
-    client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=reaper_module_url())
+    """``count`` passes, ``step`` seconds apart on the reaper's clock."""
+    client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=_EMULATOR_URL[0])
     found = []
     for _ in range(count):
         found.append(await reaper.reap_once(client))
@@ -72,16 +73,12 @@ async def _passes(reaper: Reaper, clock: Clock, count: int, step: float) -> list
     return found
 
 
-_URL: list[str] = []
-
-
-def reaper_module_url() -> str:
-    return _URL[0]
+_EMULATOR_URL: list[str] = []
 
 
 @pytest.fixture
 def emu(fast_emulator):
-    _URL[:] = [fast_emulator.url]
+    _EMULATOR_URL[:] = [fast_emulator.url]
     return fast_emulator
 
 
