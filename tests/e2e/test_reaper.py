@@ -173,7 +173,14 @@ def _check_created(airflow: AirflowDeployment, start: dict, created: int) -> Non
 
 
 def _reaped(airflow: AirflowDeployment, job_name: str) -> str:
-    [line] = [line for line in _triggerer_logs(airflow).splitlines() if f"reaper: cancelled {job_name}" in line]
+    """The reaper's one line about cancelling ``job_name`` (the log reaches its file after the
+    cancel reached the emulator: wait for it, a hang guard only)."""
+    deadline = time.monotonic() + 120
+    while not (lines := [line for line in _triggerer_logs(airflow).splitlines()
+                         if f"reaper: cancelled {job_name}" in line]):
+        assert time.monotonic() < deadline, f"no reaper line for {job_name}\n{_triggerer_logs(airflow)[-20000:]}"
+        time.sleep(0.5)
+    [line] = lines
     return line
 
 
