@@ -58,6 +58,21 @@ def config() -> dict:
             "type": "string",
             "example": "console.cloud.google.com",
             "default": console.DEFAULT_DOMAIN,
+        }, "reaper_interval": {
+            "description": "Seconds between two passes of the triggerer's reaper (docs/reaper.md): each "
+                           "shared poller lists this package's active jobs of its region and cancels those "
+                           "no live task try owns. 0 turns the reaper off.",
+            "version_added": "0.2.0",
+            "type": "float",
+            "example": "300",
+            "default": "300",
+        }, "reaper_grace": {
+            "description": "Seconds a job must have been seen with no live task try (on two reaper passes "
+                           "at least this far apart) before the reaper cancels it.",
+            "version_added": "0.2.0",
+            "type": "float",
+            "example": "600",
+            "default": "600",
         }},
     }}
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
+from airflow_gpu_sched.orchestration.orphans import label_value  # one rule: the orphan matching reads labels with it
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.orchestration.job_types import JobOptions
@@ -344,9 +345,6 @@ def validated_job(op: Any, context: Any, submission_key: str | None = None, step
 # ---------------------------------------------------------------------------------------- arguments
 
 
-def label_value(text: str) -> str:
-    """Any text as a valid label value: lowercase, [a-z0-9_-], at most 63 characters."""
-    return re.sub(r"[^a-z0-9_-]+", "-", text.lower())[:63].strip("-")
 
 
 def argument(path: str) -> str:

@@ -24,17 +24,10 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
-from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE, SUBMISSION_LABEL
+from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
+from airflow_gpu_sched.orchestration.orphans import (  # noqa: F401 (the decision, re-exported)
+    ALIVE_STATES, MANAGED_FILTER, JobRow, Orphan, TaskInstanceRow, find_orphans, label_value, link_children)
 from airflow_gpu_sched.tools.exit_codes import UsageError
-
-# "`labels.key=value` - key:value equality" (ListCustomJobsRequest.filter, v1 job_service.proto;
-# the same in the tuning-job and training-pipeline lists)
-MANAGED_FILTER = f'labels.{MANAGED_LABEL}="{MANAGED_VALUE}"'
-# A task instance in one of these will still look after its job (a retry re-attaches by the
-# ledger), so its job is not an orphan.
-ALIVE_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
-                          "restarting"})
-
 
 class CommandError(UsageError):
     """What the user must fix (a connection, a file): printed as ``error: ...``, exit 2."""
@@ -63,37 +56,7 @@ def make_client(conn_id: str, location: str, project: str | None = None, api_end
                            "google_cloud_platform ...`) or pass --conn-id") from None
 
 
-def label_value(text: str) -> str:
-    from airflow_gpu_sched.orchestration.training_spec import label_value
-
-    return label_value(text)
-
-
 # ---------------------------------------------------------------------------------- jobs list
-
-@dataclass(frozen=True)
-class JobRow:
-    name: str
-    job_type: str
-    dag: str | None
-    task: str | None
-    map_index: str | None
-    run: str | None
-    try_number: str | None
-    strategy: str | None
-    state: str | None
-    created: str | None
-    started: str | None  # Google's startTime: set at admission (recorded), NOT when the job got capacity
-    ended: str | None
-    submission: str | None = None  # the operator's submission key label
-    parent: str | None = None  # a tuning job's trial / a pipeline's custom job: the parent's name
-
-    @property
-    def active(self) -> bool:
-        from airflow_gpu_sched.vertex.models import JobState
-
-        return self.state is not None and not JobState(self.state).is_terminal()
-
 
 def job_row(job_type: Any, resource: Any) -> JobRow:
     """One listed resource (any job type) as a row: owner from its labels, the rest from its spec."""
@@ -127,7 +90,6 @@ def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
     return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
 
 
-
 def cancel_job(client: Any, name: str) -> str:
     """Cancel one job; what happened, as a line for the user. A job that ended since it was listed
     is no error: Vertex answers its cancel with 400 FAILED_PRECONDITION or does nothing ("If the
@@ -142,56 +104,7 @@ def cancel_job(client: Any, name: str) -> str:
         return f"not cancelled (it has already ended): {name}: {exc}"
     return f"cancel requested: {name}"
 
-def link_children(rows: list[JobRow]) -> list[JobRow]:
-    """A tuning job's trials and a pipeline's custom job carry its labels (submission key included):
-    name their parent, so that the parent is what `jobs orphans` reports and cancels."""
-    parents = {r.submission: r.name for r in rows if r.job_type != "custom_job" and r.submission}
-    return [replace(r, parent=parents[r.submission]) if r.job_type == "custom_job" and r.submission in parents
-            else r for r in rows]
-
-
 # ---------------------------------------------------------------------------------- jobs orphans
-
-@dataclass(frozen=True)
-class TaskInstanceRow:
-    dag_id: str
-    task_id: str
-    map_index: int
-    run_id: str
-    state: str | None
-    try_number: int
-
-
-@dataclass(frozen=True)
-class Orphan:
-    job: JobRow
-    why: str
-
-
-def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRow]) -> list[Orphan]:
-    """Active jobs no live task instance owns: the decision, no I/O."""
-    by_task: dict[tuple[str, str, str], list[TaskInstanceRow]] = {}
-    for ti in task_instances:
-        map_index = "" if ti.map_index in (-1, None) else str(ti.map_index)
-        by_task.setdefault((label_value(ti.dag_id), label_value(ti.task_id), map_index), []).append(ti)
-    orphans = []
-    for job in jobs:
-        if not job.active or not job.dag or not job.task or job.parent:
-            continue  # ended; not labelled by an operator; or a trial/pipeline job: its parent is reported
-        owners = by_task.get((job.dag, job.task, job.map_index or ""), [])
-        if job.run:
-            owners = [ti for ti in owners if label_value(ti.run_id) == job.run]
-        alive = [ti for ti in owners if ti.state in ALIVE_STATES]
-        if alive:
-            continue
-        if not owners:
-            why = "no task instance of it in the metadata DB" + ("" if job.run else " (any run)")
-        else:
-            last = max(owners, key=lambda ti: ti.try_number)
-            why = f"task instance is {last.state or 'none'} (run {last.run_id}, try {last.try_number})"
-        orphans.append(Orphan(job, why))
-    return orphans
-
 
 def read_task_instances(dag_labels: set[str]) -> list[TaskInstanceRow]:
     """The task instances of the DAGs whose ids give these label values, from the metadata DB."""

@@ -28,7 +28,7 @@ WATCH_KEY = "airflow_gpu_sched.watching_try"  # the XCom: the task instance id o
 log = logging.getLogger(__name__)
 
 
-def _comms() -> Any:
+def supervisor_comms() -> Any:
     """The triggerer's channel to its supervisor, or None outside a triggerer (dag.test(), unit tests)."""
     try:
         from airflow.sdk.execution_time import task_runner
@@ -74,7 +74,7 @@ def _as_text(value: Any) -> str | None:
 
 async def claim(trigger: Any) -> None:
     """Record that a copy of this trigger watches the job for this try (best effort)."""
-    ti, comms = _ti_of(trigger), _comms()
+    ti, comms = _ti_of(trigger), supervisor_comms()
     if ti is None or comms is None:
         return
     from airflow.sdk.execution_time.xcom import XCom  # the configured backend, as a task's own XComs
@@ -89,7 +89,7 @@ async def claim(trigger: Any) -> None:
 
 async def handed_over(trigger: Any) -> bool:
     """True when ``on_kill`` comes from Airflow handing the trigger to another triggerer, not a user."""
-    ti, comms = _ti_of(trigger), _comms()
+    ti, comms = _ti_of(trigger), supervisor_comms()
     if ti is None or comms is None:
         return False
     from airflow.sdk.execution_time.comms import GetTaskStates

@@ -16,6 +16,9 @@ interval, using only the filter fields Google documents for these lists (``displ
    between the oldest and the newest missing one (``create_time`` bounds, the terminal states,
    the mask of what the final event carries), then GETs any still missing.
 
+3. at most once per ``[gpu_sched] reaper_interval``, the reaper's pass (:mod:`.reaper`): one
+   paged list of our active jobs in the region, and a cancel for each job no live try owns.
+
 Every final event comes from a GET or that list of ended jobs, never from the list of active
 ones (a terminal job found there is treated as missing), so the final event carries what the
 operator reads. Then only the triggers whose job changed wake. A 429 or 5xx backs off the whole
@@ -23,7 +26,7 @@ poller (every watcher is told, and keeps its own transient-error window); the po
 when its last watcher leaves; a trigger that is cancelled or moved to another triggerer leaves
 in ``finally``. Nothing blocks the loop: all I/O is the async client's.
 
-May import: vertex, orchestration; airflow.
+May import: vertex, orchestration, triggers; airflow.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ class SharedJobPoller:
         while self._watchers:
             try:
                 await self.poll_once()
+                await self._reaper().maybe_reap(self._client)  # at most one pass per reaper interval
                 self._failures = 0
                 delay = self.interval * (1 + random.uniform(0, JITTER))
             except VertexError as exc:  # after the client's own brief retries: back off everyone once
@@ -129,6 +133,11 @@ class SharedJobPoller:
                     for watcher in watchers:
                         watcher.tell(exc)
             await asyncio.sleep(delay)
+
+    def _reaper(self) -> Any:
+        from airflow_gpu_sched.triggers.reaper import reaper_for
+
+        return reaper_for((id(asyncio.get_running_loop()), self.key, self.job_type.key), self.job_type)
 
     async def poll_once(self) -> None:
         from airflow_gpu_sched.vertex.client import NotFoundError
