@@ -32,6 +32,13 @@ SECTIONS = [
      "(own process groups, working directories and host names), two schedulers, two triggerers, "
      "api-server, dag-processor (tests/e2e/celery_deployment.py). Against the emulator; assertions "
      "on the emulator's own records. — : the scenario is not run on that executor."),
+    ("Infrastructure faults under load", ["tests/e2e/test_faults.py"],
+     "50 deferred training tasks (a mapped task, tests/e2e/dags/e2e_faults.py) on each executor "
+     "while a piece of the platform fails: the triggerers SIGKILLed under 20 % API faults, "
+     "PostgreSQL restarted, Vertex unreachable, the Redis broker restarted (Celery), the task-log "
+     "disk full. Each asserts on the emulator's records: one job per task try, every job ended, "
+     "each task's training SUCCEEDED once, the DAG run's final state. A component that exits on "
+     "a fault is started again, as a process supervisor would. — : not run on that executor."),
     ("Hedged races under faults", ["tests/e2e/test_races.py",
                                    "tests/test_races.py::test_a_worker_killed_between_two_creates_re_attaches_and_creates_only_the_missing_member",
                                    "tests/test_races.py::test_a_worker_killed_after_saving_a_key_but_before_its_name_finds_the_job_by_label",

@@ -99,6 +99,16 @@ class RedisServer:
             time.sleep(0.1)
         return self
 
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """SIGKILL the server (no persistence: its queues are lost, as in a broker crash), stay
+        down ``down_seconds``, start it again on the same port."""
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_tree(self.proc.pid, [self.proc.pid], 9)
+            self.proc.wait(timeout=10)
+        self.proc = None
+        time.sleep(down_seconds)
+        self.__enter__()
+
     def __exit__(self, *exc: Any) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

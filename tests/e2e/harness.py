@@ -131,6 +131,13 @@ class PostgresCluster:
     def __exit__(self, *exc: Any) -> None:
         self.drop()
 
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stop the server (fast: every session is cut, as a crash or a failover would), stay
+        down ``down_seconds``, start it again on the same port with the same data."""
+        self._run("pg_ctlcluster", self.version, self.name, "stop", "-m", "fast")
+        time.sleep(down_seconds)
+        self._run("pg_ctlcluster", self.version, self.name, "start")
+
 
 def _descendants(pid: int) -> list[int]:
     try:
@@ -310,6 +317,18 @@ class AirflowDeployment:
         if component == "api-server":
             self.wait_api()
 
+    def exited(self) -> list[str]:
+        """The components started that are no longer running (crashed, or exited on a fault)."""
+        return [c for c, p in self.procs.items() if p.poll() is not None]
+
+    def revive(self) -> list[str]:
+        """Start again every component that exited, as a process supervisor (systemd, a
+        Kubernetes restart policy) would; returns them."""
+        revived = self.exited()
+        for component in revived:
+            self.start(component)
+        return revived
+
     def stop(self) -> None:
         for component in reversed(list(self.procs)):  # every instance started, extra triggerers too
             self.terminate(component)
@@ -386,6 +405,33 @@ class AirflowDeployment:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
 
+    def all_task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        """Every task instance of the run (the REST API serves at most 100 a page)."""
+        found: list[dict] = []
+        while True:
+            page = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                            params={"limit": 100, "offset": len(found)})["task_instances"]
+            found += page
+            if len(page) < 100:
+                return found
+
+    def wait_task_instances(self, dag_id: str, run_id: str, count: int, states: set[str],
+                            timeout: float = 600.0) -> list[dict]:
+        """Wait until the run has ``count`` task instances, each in one of ``states``; a hang
+        guard (not a measure) that also stops at the first failed one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tis = self.all_task_instances(dag_id, run_id)
+            seen = {t["state"] for t in tis}
+            if len(tis) == count and seen <= states:
+                return tis
+            counts: dict[str, int] = {}
+            for t in tis:
+                counts[str(t["state"])] = counts.get(str(t["state"]), 0) + 1
+            if "failed" in seen or time.monotonic() > deadline:
+                raise TimeoutError(f"not all {count} in {states}: {counts}\n{self.why(dag_id, run_id)}")
+            time.sleep(2)
+
     def wait_task_state(self, dag_id: str, run_id: str, task_id: str, states: set[str],
                         timeout: float = 120.0) -> str:
         deadline = time.monotonic() + timeout
@@ -445,3 +491,38 @@ class AirflowDeployment:
             for path in sorted(task_logs.rglob("*.log")):
                 parts.append(f"\n===== task log {path.relative_to(task_logs)} =====\n{path.read_text(errors='replace')}")
         return "".join(parts)
+
+
+class SmallDisk:
+    """A tmpfs of ``size`` mounted on ``path`` (root only): a disk that :meth:`fill` makes full,
+    so every write to it fails with ENOSPC until :meth:`free`. Unmounted on exit."""
+
+    def __init__(self, path: str | os.PathLike, size: str = "4m"):
+        self.path = Path(path)
+        self.size = size
+        self.filler = self.path / ".filler"
+
+    @staticmethod
+    def available() -> bool:
+        return os.geteuid() == 0 and shutil.which("mount") is not None
+
+    def __enter__(self) -> SmallDisk:
+        self.path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size},mode=0777", "tmpfs", str(self.path)],
+                       check=True, capture_output=True, timeout=30)
+        return self
+
+    def fill(self) -> None:
+        """Write until the disk is full: no byte is left for anyone else."""
+        with open(self.filler, "ab", buffering=0) as out:  # unbuffered: close() has nothing left to flush
+            try:
+                while True:
+                    out.write(b"\0" * 4096)
+            except OSError:  # ENOSPC: full
+                pass
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], capture_output=True, timeout=30)
