@@ -182,7 +182,7 @@ def month(seed: int, nights: int) -> dict:
                 orders = [(s, observed.order(regions, GPU, history, when)[0]) for s, regions in PLAN]
             elif policy == "cost":
                 orders = [(s, cheapest_order(regions, {r: price_of(sky.prices, GPU, s, r) for r in regions},
-                                             history_stats(regions, GPU, history, when), RUN_MIN * 60,
+                                             history_stats(regions, GPU, history, when, s), RUN_MIN * 60,
                                              DEADLINE_MIN * 60)[0]) for s, regions in PLAN]
                 learned = {r: learned_wait(history, r, GPU, when, timedelta(minutes=FLEX_WAIT_MIN)).wait.total_seconds()
                            for r in PLAN[0][1]}

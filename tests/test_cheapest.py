@@ -88,3 +88,21 @@ def test_history_gives_waits_with_stockouts_penalised_and_preemptions_per_run():
     order, _ = cheapest_order(("us-central1", "us-east4"), {"us-east4": 1.0, "us-central1": 3.5}, stats,
                               run_seconds=3600, time_left=None)
     assert order == ("us-east4", "us-central1")  # 3.0 per run delivered < 3.5
+
+
+def test_a_steps_order_reads_its_own_strategys_jobs_not_the_standard_fallbacks_in_the_same_region():
+    def entry(strategy, ran):
+        return {"region": "us-central1", "accelerator": "NVIDIA_L4", "at": NOW.isoformat(), "strategy": strategy,
+                "to_running": 900.0 if ran else None, "waited": 900.0 if ran else 7200.0, "stockout": not ran,
+                "preemptions": 0}
+    # each night FLEX_START expired in us-central1 and the plan fell back to STANDARD there, which started
+    history = [e for _ in range(4) for e in (entry("FLEX_START", False), entry("STANDARD", True))]
+    mixed = history_stats(("us-central1",), "NVIDIA_L4", history, NOW)
+    flex = history_stats(("us-central1",), "NVIDIA_L4", history, NOW, "FLEX_START")
+    assert mixed["us-central1"][2] == 0.5  # the STANDARD starts would make the DWS queue look half reliable
+    assert flex["us-central1"][2] == 0.0 and flex["us-central1"][0] == 7200.0 + observed.STOCKOUT_PENALTY
+    # a strategy never tried there: all of the region's jobs, as before
+    assert history_stats(("us-central1",), "NVIDIA_L4", history, NOW, "SPOT") == mixed
+    order, _ = cheapest_order(("us-central1", "us-east4"), {"us-central1": 4.0, "us-east4": 4.6},
+                              {**flex, "us-east4": (3600.0, 0.0, 0.9)}, run_seconds=4 * 3600, time_left=8 * 3600)
+    assert order == ("us-east4", "us-central1")

@@ -4,6 +4,7 @@ region the decision put first, with the wait it learned)."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 
 from airflow_gpu_sched.orchestration import observed
 from airflow_gpu_sched.orchestration.cheapest import cheapest_order
-from airflow_gpu_sched.orchestration.learned_wait import (HEADROOM, MIN_SAMPLES, MIN_SHARED_WAIT, MIN_WAIT, learned_wait,
-                                                         share_slack)
+from airflow_gpu_sched.orchestration.learned_wait import (HEADROOM, MIN_SAMPLES, MIN_SHARED_WAIT, MIN_USEFUL_WAIT, MIN_WAIT,
+                                                         SKIP, learned_wait, share_slack)
 from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, PlanError, parse_step
 from tests.airflow_harness import run_dag
@@ -59,14 +60,37 @@ def test_a_learned_wait_is_never_over_the_users_max_and_never_under_the_minimum_
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.none(), st.floats(min_value=0, max_value=20_000)), st.booleans()), max_size=8),
        st.floats(min_value=-10_000, max_value=50_000))
-def test_shared_waits_fit_the_slack_after_the_bounds_of_the_others_and_are_never_zero(tried, slack):
+def test_shared_waits_fit_the_slack_after_the_bounds_of_the_others_or_the_position_is_skipped(tried, slack):
     shared = share_slack(tried, slack)
     learned = [(w, own) for (own, is_learned), w in zip(tried, shared) if is_learned]
     assert [w for (own, is_learned), w in zip(tried, shared) if not is_learned] == [o for o, l in tried if not l]
-    assert all(w >= MIN_SHARED_WAIT.total_seconds() for w, _ in learned)  # 0 would ask FLEX_START to wait forever
-    assert all(w <= max(own or 0.0, MIN_SHARED_WAIT.total_seconds()) for w, own in learned)
+    for w, own in learned:  # skipped (never sent: 0 would ask FLEX_START to wait forever), or a useful wait
+        assert w == SKIP or w >= min(MIN_USEFUL_WAIT.total_seconds(), max(own or math.inf, MIN_SHARED_WAIT.total_seconds()))
+        assert w <= max(own or math.inf, MIN_SHARED_WAIT.total_seconds())  # None / 0: unbounded, takes what is left
     room = slack - sum(o or 0.0 for o, l in tried if not l)
     assert sum(w for w, _ in learned) <= max(room, 0.0) + MIN_SHARED_WAIT.total_seconds() * len(learned) + 1e-6
+
+
+def test_a_position_left_less_than_a_useful_wait_is_skipped_not_submitted_with_a_one_minute_wait():
+    hour = 3600.0
+    # 2 h of slack, a 30-minute SPOT bound: us-central1 takes its 80 min, us-east4 gets the 10 left, us-west1 nothing
+    assert share_slack([(80 * 60, True), (60 * 60, True), (hour, True), (1800.0, False)], 2 * hour) == \
+        [80 * 60, MIN_USEFUL_WAIT.total_seconds(), SKIP, 1800.0]
+    assert share_slack([(80 * 60, True), (60 * 60, True)], 85 * 60) == [80 * 60, SKIP]  # 5 min left: no chance
+    assert share_slack([(4 * 60, True)], 5 * 60) == [4 * 60]  # the user allows 4 min: their wait, not a skip
+    assert share_slack([(None, True)], hour) == [hour]  # unbounded: all that is left
+
+
+def test_the_plan_skips_a_flex_start_region_whose_share_of_the_slack_is_skip_and_says_why():
+    from airflow_gpu_sched.orchestration.plan_types import Plan, deadline_budget
+
+    step = FlexStartStep(locations=(A, B), observed_wait=True, max_wait_duration=timedelta(hours=2),
+                         learned_waits=((A, timedelta(minutes=50)), (B, timedelta(seconds=SKIP))))
+    plan = Plan.of([step], A, True, project=PROJECT, deadline=NOW + timedelta(hours=8),
+                   expected_run_time=timedelta(hours=4))
+    assert deadline_budget(plan, step, NOW, A) == (timedelta(minutes=50), None)
+    wait, why = deadline_budget(plan, step, NOW, B)
+    assert wait is None and "us-east4" in why and "skipped" in why and "useful" in why
 
 
 def test_a_spot_step_with_observed_preemptions_needs_its_wasted_runs_before_the_deadline():

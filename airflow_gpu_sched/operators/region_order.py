@@ -128,7 +128,7 @@ def _cheapest(operator: Any, step: Any, accelerator: str, history: list[dict[str
     prices = {region: estimate(budget, step, region).price for region in regions} if table else {}
     deadline, run = _deadline_and_run(operator, ledger, context)
     left = None if deadline is None else (deadline - now).total_seconds() + (0.0 if run else 3600.0)
-    return cheapest_order(regions, prices, history_stats(regions, accelerator, history, now),
+    return cheapest_order(regions, prices, history_stats(regions, accelerator, history, now, step.strategy),
                           run.total_seconds() if run else 3600.0, left)
 
 

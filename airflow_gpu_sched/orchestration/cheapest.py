@@ -69,16 +69,20 @@ def spot_preemptions(regions: tuple[str, ...], accelerator: str, history: list[d
 
 
 def history_stats(regions: tuple[str, ...], accelerator: str, history: list[dict[str, Any]],
-                  now: datetime) -> dict[str, tuple[float, ...]]:
+                  now: datetime, strategy: str | None = None) -> dict[str, tuple[float, ...]]:
     """Per observed region: (mean wait in seconds, stockouts with their penalty; mean preemptions;
     the share of jobs that reached RUNNING),
     over the same window as ``region_order="observed"`` (the last :data:`observed.PER_REGION`,
-    none older than :data:`observed.MAX_AGE`)."""
+    none older than :data:`observed.MAX_AGE`). With ``strategy``: that strategy's jobs only, when
+    the region has any (the step's own capacity: STANDARD jobs that always start at once say
+    nothing about the FLEX_START queue there, as in ``learned_wait.samples``)."""
     oldest = now - observed.MAX_AGE
     found = {}
     for region in regions:
         mine = [e for e in history if e.get("region") == region and e.get("accelerator") == accelerator
-                and (at := observed.entry_at(e)) is not None and at >= oldest][-observed.PER_REGION:]
+                and (at := observed.entry_at(e)) is not None and at >= oldest]
+        own = [e for e in mine if e.get("strategy") == strategy]
+        mine = (own or mine)[-observed.PER_REGION:]
         if mine:
             waits = [float(e.get("waited") or 0.0) + observed.STOCKOUT_PENALTY if e.get("stockout")
                      else float(e.get("to_running") or 0.0) for e in mine]

@@ -15,8 +15,11 @@ The rule (docs/cost.md, "Learned waits"):
 - With a deadline, the learned waits share the plan's slack (:func:`share_slack`): the time
   left less the run, less what the positions tried before the last step may take (their
   bounds) and the last step's own time to RUNNING (learned, else :data:`LAST_STEP_RESERVE`);
-  the learned waits take it in the order they are tried, each at least
-  :data:`MIN_SHARED_WAIT`. So waiting in cheap regions never leaves the last resort no time.
+  the learned waits take it in the order they are tried. A position whose share would be less
+  than :data:`MIN_USEFUL_WAIT` gets :data:`SKIP` (0 s): it is skipped, not submitted with a
+  wait too short for DWS to place anything (``plan_types.deadline_budget`` says so in the log).
+  So waiting in cheap regions never leaves the last resort no time, and no job is created
+  only to expire.
 - Fewer than :data:`MIN_SAMPLES` samples (jobs that reached RUNNING): the user's max (the
   documented default: a wait nobody observed is not guessed shorter).
 
@@ -38,6 +41,8 @@ MIN_WAIT = timedelta(minutes=10)  # DWS needs some time to place even an easy jo
 MIN_SAMPLES = 3  # fewer: not learned, the user's max
 LAST_STEP_RESERVE = timedelta(minutes=30)  # the plan's last step's time to RUNNING, never observed
 MIN_SHARED_WAIT = timedelta(minutes=1)  # a shared wait is never 0 (0 asks FLEX_START to wait forever)
+MIN_USEFUL_WAIT = MIN_WAIT  # a smaller share of the slack is no chance: the position is skipped
+SKIP = 0.0  # share_slack's mark of a skipped position (never sent: 0 would ask FLEX_START to wait forever)
 
 
 @dataclass(frozen=True)
@@ -88,14 +93,20 @@ def share_slack(tried: list[tuple[float | None, bool]], slack: float) -> list[fl
     """The positions tried before the plan's last step, in order, as (seconds it may take: a
     learned wait, or a bound; None: unbounded), learned?) -> the same with each learned wait cut
     so that all of them together fit in ``slack`` seconds (time left - run - the last step's
-    time to RUNNING) after the bounds of the others."""
+    time to RUNNING) after the bounds of the others; a learned position whose share would be
+    less than :data:`MIN_USEFUL_WAIT` (or its own wait, when that is smaller) is :data:`SKIP`."""
     left = slack - sum(seconds or 0.0 for seconds, learned in tried if not learned)
     shared: list[float | None] = []
     for seconds, learned in tried:
         if not learned:
             shared.append(seconds)
             continue
-        take = max(MIN_SHARED_WAIT.total_seconds(), min(seconds or 0.0, left))
+        own = seconds or math.inf  # None or 0 ("wait forever"): unbounded, as much as is left
+        take = min(own, left)
+        if take < min(MIN_USEFUL_WAIT.total_seconds(), max(own, MIN_SHARED_WAIT.total_seconds())):
+            shared.append(SKIP)  # too little of the slack left to be worth a job
+            continue
+        take = max(MIN_SHARED_WAIT.total_seconds(), take)
         left -= take
         shared.append(take)
     return shared
@@ -121,5 +132,5 @@ def observed_default() -> timedelta:
     return MAX_WAIT_DURATION
 
 
-__all__ = ["HEADROOM", "LAST_STEP_RESERVE", "MIN_SAMPLES", "MIN_SHARED_WAIT", "MIN_WAIT", "QUANTILE", "LearnedWait",
-           "learned_wait", "reserve_of", "samples", "share_slack"]
+__all__ = ["HEADROOM", "LAST_STEP_RESERVE", "MIN_SAMPLES", "MIN_SHARED_WAIT", "MIN_USEFUL_WAIT", "MIN_WAIT", "QUANTILE",
+           "SKIP", "LearnedWait", "learned_wait", "reserve_of", "samples", "share_slack"]

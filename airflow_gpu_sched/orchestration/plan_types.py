@@ -447,6 +447,10 @@ def deadline_budget(plan: Plan, step: Step, now: datetime,
                     location: str | None = None) -> tuple[timedelta | None, str | None]:
     """(the FLEX_START / capacity wait clipped to the deadline, or why the step cannot run).
     A FLEX_START step with ``max_wait_duration="observed"`` asks for its wait learned in ``location``."""
+    if isinstance(step, FlexStartStep) and step.observed_wait and location is not None \
+            and dict(step.learned_waits or ()).get(location) == timedelta(0):  # learned_wait.SKIP
+        return None, (f"max_wait_duration observed: the share of the deadline's slack left for {location} is "
+                      f"less than a useful FLEX_START wait: FLEX_START in {location} skipped")
     if plan.deadline is None:
         learned = isinstance(step, FlexStartStep) and step.observed_wait
         return (step.wait_in(location) if learned else None), None  # type: ignore[union-attr]
