@@ -187,9 +187,11 @@ def month(seed: int, nights: int) -> dict:
             if policy == "observed":
                 orders = [(s, observed.order(regions, GPU, history, when)[0]) for s, regions in PLAN]
             elif policy == "cost":
+                fallback = price_of(sky.prices, GPU, PLAN[-1][0], PLAN[-1][1][0])  # the last resort's, as the operator
                 orders = [(s, cheapest_order(regions, {r: price_of(sky.prices, GPU, s, r) for r in regions},
                                              history_stats(regions, GPU, history, when, s), RUN_MIN * 60,
-                                             DEADLINE_MIN * 60)[0]) for s, regions in PLAN]
+                                             DEADLINE_MIN * 60, None if s == PLAN[-1][0] else fallback)[0])
+                          for s, regions in PLAN]
                 learned = {r: learned_wait(history, r, GPU, when, timedelta(minutes=FLEX_WAIT_MIN)).wait.total_seconds()
                            for r in PLAN[0][1]}
                 # the plan's slack shared as the operator does (region_order._waits): the positions before the last step

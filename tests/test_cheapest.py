@@ -106,3 +106,29 @@ def test_a_steps_order_reads_its_own_strategys_jobs_not_the_standard_fallbacks_i
     order, _ = cheapest_order(("us-central1", "us-east4"), {"us-central1": 4.0, "us-east4": 4.6},
                               {**flex, "us-east4": (3600.0, 0.0, 0.9)}, run_seconds=4 * 3600, time_left=8 * 3600)
     assert order == ("us-east4", "us-central1")
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases(), st.floats(min_value=0, max_value=40, allow_nan=False))
+def test_with_a_last_resort_a_miss_costs_its_run_and_the_deadline_still_comes_first(case, fallback):
+    regions, prices, stats, run, left = case
+    order, inputs = cheapest_order(regions, prices, stats, run, left, fallback)
+    assert sorted(order) == sorted(regions)
+    feasible = [c.feasible for c in inputs]
+    assert feasible == sorted(feasible, reverse=True)
+    for c in inputs:  # between the region's own run and the last resort's
+        if c.expected_cost is not None:
+            runs = (prices[c.region] * run / 3600 * (1 + 0.5 * c.preemptions), fallback * run / 3600)
+            assert min(runs) - 1e-6 <= c.expected_cost <= max(runs) + 1e-6
+    if not any(r in stats for r in regions):
+        assert order == regions
+
+
+def test_a_cheap_region_that_rarely_delivers_goes_after_a_dearer_reliable_one_when_the_last_resort_is_dear():
+    stats = {"us-west1": (3600.0, 0.0, 0.4), "us-east4": (3600.0, 0.0, 0.9)}
+    prices = {"us-west1": 3.2, "us-east4": 4.6}
+    order, inputs = cheapest_order(("us-west1", "us-east4"), prices, stats, 4 * 3600, 8 * 3600, fallback=9.0)
+    assert order == ("us-east4", "us-west1")  # 0.9 x 4.6 + 0.1 x 9 = 5.04 < 0.4 x 3.2 + 0.6 x 9 = 6.68 per hour
+    assert round(inputs[0].expected_cost, 6) == round(4 * (0.9 * 4.6 + 0.1 * 9.0), 6)
+    order, _ = cheapest_order(("us-west1", "us-east4"), prices, stats, 4 * 3600, 8 * 3600, fallback=3.5)
+    assert order == ("us-west1", "us-east4")  # a cheap last resort: a miss costs little, the cheap region first

@@ -97,7 +97,8 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> dict[
         if len(step.locations) < 2:
             continue
         if how == "cheapest":
-            ranked, inputs = _cheapest(operator, step, accelerator, history, now, ledger, context)
+            last = steps[-1] if index < len(steps) - 1 else None
+            ranked, inputs = _cheapest(operator, step, accelerator, history, now, ledger, context, last)
         else:
             ranked, inputs = observed.order(tuple(step.locations), accelerator, history, now)
         orders[str(index)] = list(ranked)
@@ -110,8 +111,9 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> dict[
 
 
 def _cheapest(operator: Any, step: Any, accelerator: str, history: list[dict[str, Any]], now: datetime,
-              ledger: Any, context: Any) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    """The step's regions by expected cost to finish before the deadline (orchestration/cheapest.py)."""
+              ledger: Any, context: Any, last: Any = None) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """The step's regions by expected cost to finish before the deadline (orchestration/cheapest.py);
+    ``last``: the plan's last step (a miss here pushes the night there), None for the last step."""
     from airflow_gpu_sched.orchestration.accounting import resolve_prices
     from airflow_gpu_sched.orchestration.budget import Budget, estimate
     from airflow_gpu_sched.orchestration.cheapest import cheapest_order, history_stats
@@ -126,10 +128,12 @@ def _cheapest(operator: Any, step: Any, accelerator: str, history: list[dict[str
     demand = operator.build_job(step=step).job_spec.accelerator_demand()
     budget = Budget(remaining=None, prices=table, demand=tuple((getattr(a, "value", str(a)), n) for a, n in demand.items()))
     prices = {region: estimate(budget, step, region).price for region in regions} if table else {}
+    fallback = estimate(budget, last, (last.locations or (operator.location,))[0]).price \
+        if table and last is not None and not hasattr(last, "members") else None
     deadline, run = _deadline_and_run(operator, ledger, context)
     left = None if deadline is None else (deadline - now).total_seconds() + (0.0 if run else 3600.0)
     return cheapest_order(regions, prices, history_stats(regions, accelerator, history, now, step.strategy),
-                          run.total_seconds() if run else 3600.0, left)
+                          run.total_seconds() if run else 3600.0, left, fallback)
 
 
 def _waits(operator: Any, steps: list[Any], history: list[dict[str, Any]], now: datetime, ledger: Any,

@@ -5,6 +5,10 @@ deadline, from the prices and the observed waits and preemptions per region (pur
   preemption, :data:`budget.PREEMPTION_WASTE`) / the share of its recent jobs that reached
   RUNNING (the cost per run delivered: a cheap region that often has no capacity is not cheap;
   at least :data:`MIN_DELIVERED`); GPUs are the same in every region, so left out.
+  With the price of the plan's last resort (``fallback``: its last step, e.g. STANDARD, when this
+  step is not the last), a night is one try, not a retry until delivered: a region that delivers
+  a share ``d`` costs ``d`` x its run + ``(1 - d)`` x the last resort's run (the night pushed
+  there). So a cheap region that rarely has capacity is weighed by what its misses really cost.
   A FLEX_START wait is free, so the wait does not add cost; it decides whether the job can
   still finish in time.
 - Feasible: expected wait (the observed mean, a stockout counting as its wait plus
@@ -93,15 +97,23 @@ def history_stats(regions: tuple[str, ...], accelerator: str, history: list[dict
 
 def cheapest_order(regions: tuple[str, ...], prices: Mapping[str, float | None],
                    stats: Mapping[str, tuple[float, ...]], run_seconds: float,
-                   time_left: float | None = None) -> tuple[tuple[str, ...], tuple[RegionCost, ...]]:
+                   time_left: float | None = None,
+                   fallback: float | None = None) -> tuple[tuple[str, ...], tuple[RegionCost, ...]]:
     """``regions`` in the order to try them, and each one's inputs (for the log). ``stats``: per
-    region (mean wait, mean preemptions[, share of jobs that reached RUNNING])."""
+    region (mean wait, mean preemptions[, share of jobs that reached RUNNING]); ``fallback``: the
+    last resort's price per GPU-hour (None: unknown, or this is the last step)."""
     costs = []
     for region in regions:
         price = prices.get(region)
         wait, preemptions, delivered = (*stats.get(region, (None, 0.0)), 1.0)[:3]
-        cost = None if price is None else \
-            price * run_seconds / 3600 * (1 + PREEMPTION_WASTE * preemptions) / max(delivered, MIN_DELIVERED)
+        run = price * run_seconds / 3600 * (1 + PREEMPTION_WASTE * preemptions) if price is not None else None
+        if run is None:
+            cost = None
+        elif fallback is not None:  # one try a night: a miss is the last resort's run
+            share = min(1.0, max(0.0, delivered))
+            cost = share * run + (1 - share) * fallback * run_seconds / 3600
+        else:
+            cost = run / max(delivered, MIN_DELIVERED)
         running = run_seconds * (1 + PREEMPTION_WASTE * preemptions)  # each preemption: half a run again
         feasible = time_left is None or (wait or 0.0) + running <= time_left
         costs.append(RegionCost(region, price, wait, preemptions, cost, feasible))
