@@ -72,7 +72,7 @@ def test_cost_month_reports_every_policy_and_the_cost_objective_misses_no_more_d
     assert figures["fixed"]["cost_ratio"] == 1.0
     assert figures["cost"]["deadline_misses"] <= figures["fixed"]["deadline_misses"]
     for f in figures.values():  # the headline counts a missed night's spend: a failed night is no saving
-        assert f["cost_per_night_in_time"] == round(f["cost"] / (30 - f["deadline_misses"]), 1)
+        assert abs(f["cost_per_night_in_time"] - f["cost"] / (30 - f["deadline_misses"])) <= 0.06  # both rounded
     for seed in ("1", "2", "3"):  # not only the README's seed
         other = _run("cost_month.py", "--seed", seed)
         assert other["cost"]["deadline_misses"] <= other["fixed"]["deadline_misses"]
