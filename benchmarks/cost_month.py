@@ -140,7 +140,7 @@ def sequential(sky: Night, orders: list[tuple[str, tuple[str, ...]]], waits: dic
                 continue
             if strategy == "FLEX_START":
                 wait = min(waits.get(region, FLEX_WAIT_MIN), left - RUN_MIN)
-                if wait < MIN_FLEX_START_WAIT.total_seconds() / 60:
+                if wait < MIN_FLEX_START_WAIT.total_seconds() / 60:  # also learned_wait.SKIP (0): skipped
                     continue
             else:  # running_bound: the smaller of the step's bound and deadline - run
                 wait = min(SPOT_BOUND_MIN if strategy == "SPOT" else math.inf, left - needed)
@@ -235,7 +235,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     results = month(args.seed, args.nights)
-    keys = ("cost_per_night_in_time", "cost_per_night_in_time_ratio", "deadline_misses", "cost", "cost_ratio", "gpu_hours", "gpu_hours_ratio", "mean_to_running_min",
+    keys = ("cost_per_night_in_time", "cost_per_night_in_time_ratio", "deadline_misses", "cost", "cost_ratio",
+            "gpu_hours", "gpu_hours_ratio", "mean_to_running_min",
             "to_running_ratio", "jobs_created", "jobs_cancelled")
     print(f"{args.nights} nights, seed {args.seed} ({time.monotonic() - started:.1f}s)")
     print(f"{'':22}" + "".join(f"{p:>12}" for p in POLICIES))

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from airflow_gpu_sched.orchestration import observed
 from airflow_gpu_sched.orchestration.cheapest import cheapest_order
-from airflow_gpu_sched.orchestration.learned_wait import (HEADROOM, MIN_SAMPLES, MIN_SHARED_WAIT, MIN_USEFUL_WAIT, MIN_WAIT,
-                                                         SKIP, learned_wait, share_slack)
+from airflow_gpu_sched.orchestration.learned_wait import (HEADROOM, MIN_SAMPLES, MIN_SHARED_WAIT, MIN_USEFUL_WAIT,
+                                                         MIN_WAIT, SKIP, learned_wait, share_slack)
 from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
 from airflow_gpu_sched.orchestration.plans import FlexStartStep, PlanError, parse_step
 from tests.airflow_harness import run_dag
@@ -65,7 +65,8 @@ def test_shared_waits_fit_the_slack_after_the_bounds_of_the_others_or_the_positi
     learned = [(w, own) for (own, is_learned), w in zip(tried, shared) if is_learned]
     assert [w for (own, is_learned), w in zip(tried, shared) if not is_learned] == [o for o, l in tried if not l]
     for w, own in learned:  # skipped (never sent: 0 would ask FLEX_START to wait forever), or a useful wait
-        assert w == SKIP or w >= min(MIN_USEFUL_WAIT.total_seconds(), max(own or math.inf, MIN_SHARED_WAIT.total_seconds()))
+        useful = min(MIN_USEFUL_WAIT.total_seconds(), max(own or math.inf, MIN_SHARED_WAIT.total_seconds()))
+        assert w == SKIP or w >= useful
         assert w <= max(own or math.inf, MIN_SHARED_WAIT.total_seconds())  # None / 0: unbounded, takes what is left
     room = slack - sum(o or 0.0 for o, l in tried if not l)
     assert sum(w for w, _ in learned) <= max(room, 0.0) + MIN_SHARED_WAIT.total_seconds() * len(learned) + 1e-6
