@@ -164,3 +164,15 @@ def test_concurrent_tasks_through_the_task_sdks_variables_never_hold_more_than_t
     run_prefix = key_of(BUDGET, "nightly", "scheduled__2026-12-01T00:00:00+00:00", "x").rsplit(".", 2)[0] + "."
     assert sorted(k.rsplit(".", 2)[1] for k in store.keys(run_prefix)) == sorted(held)
     _clean_variables()
+
+
+def test_each_map_index_reserves_under_its_own_key():
+    """Map index 0 had the key of index -1 (``map_index or -1``): found by tests/e2e/test_budget.py."""
+    from types import SimpleNamespace
+
+    from airflow_gpu_sched.orchestration.budget import task_key
+
+    op = SimpleNamespace(dag_id="nightly", task_id="train")
+    keys = [task_key(BUDGET, op, {"run_id": "r", "ti": SimpleNamespace(map_index=i)}) for i in (-1, 0, 1)]
+    assert [k.rsplit(".", 1)[1] for k in keys] == ["-1", "0", "1"]
+    assert task_key(BUDGET, op, {"run_id": "r"}) == keys[0]  # no task instance: unmapped
