@@ -8,7 +8,8 @@ records and on the reservation Variables themselves: exactly 3 jobs (one per adm
 other 7 tasks fail with ``BudgetExceeded`` before asking for GPUs (their log says why), what the
 reservations hold fits the limit; an admitted task killed between create and defer keeps its
 reservation on its retry (same key, same stamp, no second one, no second job); a second run of
-the DAG has its own budget.
+the DAG has its own budget; a task of it cleared after it succeeded reserves anew on top of what
+it spent.
 """
 
 from __future__ import annotations
@@ -174,5 +175,25 @@ def test_concurrent_tasks_of_one_run_share_its_budget_and_a_retry_keeps_its_rese
     assert {k.rsplit(".", 2)[0] for k in first} != {k.rsplit(".", 2)[0] for k in second}  # its own budget
     assert {k: v for k, v in _reservations(airflow).items() if k in first} == first  # the first run's untouched
     assert emulator.stats()["jobsCreated"] == {"FLEX_START": 2 * ADMITTED}
+
+    # an admitted task of the second run cleared after it succeeded runs again: it reserves anew on
+    # top of what it spent (on main its key was kept as it was: the new run's money counted nowhere)
+    cleared = admitted_2[0]
+    [key] = [k for k in second if k.endswith(f".train.{cleared}")]
+    airflow.api("POST", f"dags/{DAG_ID}/clearTaskInstances",
+                json={"dry_run": False, "task_ids": [["train", cleared]], "dag_run_id": run_2, "only_failed": False})
+    deadline = time.monotonic() + 300
+    while True:
+        ti = {t["map_index"]: t for t in airflow.all_task_instances(DAG_ID, run_2)}[cleared]
+        if ti["try_number"] >= 2 and ti["state"] in ("success", "failed"):
+            break
+        assert time.monotonic() < deadline, f"the cleared task never ended: {ti}\n{airflow.why(DAG_ID, run_2)}"
+        time.sleep(1)
+    assert ti["state"] == "success", airflow.task_events(DAG_ID, run_2)[-5000:]
+    again = _reservations(airflow)[key]
+    assert again["at"] > second[key]["at"] and again["before"] == second[key]["spent"], (second[key], again)
+    assert again["amount"] == second[key]["spent"] + PRICE and again["spent"] >= second[key]["spent"], again
+    assert sum(v["amount"] for k, v in _reservations(airflow).items() if k in second) <= LIMIT
+    assert emulator.stats()["jobsCreated"] == {"FLEX_START": 2 * ADMITTED + 1}
     print(f"\n[{airflow.executor}] first run (with the kill) {first_run:.0f} s, both runs "
           f"{time.monotonic() - started:.0f} s")
