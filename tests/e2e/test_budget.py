@@ -103,26 +103,56 @@ def _wait_for_stall(airflow: AirflowDeployment, run_id: str) -> tuple[int, str, 
     return int(pid), job_name, int(map_index)
 
 
-def _check_run(airflow: AirflowDeployment, run_id: str, state: str) -> list[int]:
-    """The run's verdict: ADMITTED tasks succeeded with one job each, the rest failed with
-    BudgetExceeded on try 1 without a job; the admitted map indexes."""
-    assert state == "failed", f"run {run_id} ended {state}\n{airflow.why(DAG_ID, run_id)}"
-    tis = airflow.all_task_instances(DAG_ID, run_id)
-    assert len(tis) == TASKS, tis
-    admitted = sorted(t["map_index"] for t in tis if t["state"] == "success")
-    refused = sorted(t["map_index"] for t in tis if t["state"] != "success")
+def _hold_gpus(airflow: AirflowDeployment) -> None:
+    """No FLEX_START GPUs until :func:`_release_gpus`: no admitted task ends (and frees what it did
+    not spend) before every task of the run has decided, so exactly ADMITTED hold."""
+    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)
+
+
+def _release_gpus(airflow: AirflowDeployment) -> None:
+    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=8)
+
+
+def _wait_all_decided(airflow: AirflowDeployment, run_id: str, retried: int | None = None) -> dict[int, dict]:
+    """Every task has decided: refused ones failed, admitted ones deferred on their queued job
+    (``retried``: that one on try 2). A hang guard, not a measure."""
+    deadline = time.monotonic() + 400
+    while True:
+        tis = {t["map_index"]: t for t in airflow.all_task_instances(DAG_ID, run_id)}
+        if len(tis) == TASKS and all(t["state"] in ("failed", "deferred") for t in tis.values()) and \
+                (retried is None or tis[retried]["try_number"] == 2):
+            return tis
+        assert time.monotonic() < deadline, f"not all decided: {tis}\n{airflow.why(DAG_ID, run_id)}"
+        assert "success" not in {t["state"] for t in tis.values()}, airflow.why(DAG_ID, run_id)  # GPUs are held
+        time.sleep(1)
+
+
+def _check_decided(airflow: AirflowDeployment, run_id: str, tis: dict[int, dict]) -> list[int]:
+    """While every admitted job waits for GPUs: exactly ADMITTED tasks deferred with one job each,
+    the rest failed with BudgetExceeded on try 1 without a job; the admitted map indexes."""
+    admitted = sorted(i for i, t in tis.items() if t["state"] == "deferred")
+    refused = sorted(i for i, t in tis.items() if t["state"] == "failed")
     assert len(admitted) == ADMITTED, (admitted, airflow.why(DAG_ID, run_id))  # exactly as many as fit
-    assert {t["state"] for t in tis if t["map_index"] in refused} == {"failed"}
-    assert {t["try_number"] for t in tis if t["map_index"] in refused} == {1}  # an AirflowFailException
+    assert {tis[i]["try_number"] for i in refused} == {1}  # an AirflowFailException: no retry
     jobs = [j for j in _jobs(airflow.emulator) if j["labels"].get("airflow-run") == label_value(run_id)]
     assert sorted(int(j["labels"]["airflow-map-index"]) for j in jobs) == admitted, jobs  # one job each
-    assert {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"}, jobs
+    assert {j["state"] for j in jobs} == {"JOB_STATE_QUEUED"}, jobs
     for index in refused:
         log = _log(airflow, run_id, index, 1)
         assert "BudgetExceeded" in log and "a reservation of 2 was refused" in log, log[-3000:]
         assert "run budget 'night'" in log and "rest of 7" in log, log[-3000:]
         assert "customJobs/" not in log, log[-3000:]  # asked for no GPUs
     return admitted
+
+
+def _check_ended(airflow: AirflowDeployment, run_id: str, admitted: list[int]) -> None:
+    """Once the GPUs are given: the admitted tasks succeed on their one job, the run fails (the refused)."""
+    state = airflow.wait(DAG_ID, run_id, timeout=300)
+    assert state == "failed", f"run {run_id} ended {state}\n{airflow.why(DAG_ID, run_id)}"
+    tis = airflow.all_task_instances(DAG_ID, run_id)
+    assert sorted(t["map_index"] for t in tis if t["state"] == "success") == admitted, airflow.why(DAG_ID, run_id)
+    jobs = [j for j in _jobs(airflow.emulator) if j["labels"].get("airflow-run") == label_value(run_id)]
+    assert len(jobs) == ADMITTED and {j["state"] for j in jobs} == {"JOB_STATE_SUCCEEDED"}, jobs
 
 
 def _check_reservations(reservations: dict[str, dict], admitted: list[int]) -> None:
@@ -140,41 +170,48 @@ def test_concurrent_tasks_of_one_run_share_its_budget_and_a_retry_keeps_its_rese
     """10 mapped tasks reserve at once: exactly 3 hold, 3 jobs; the other 7 fail with
     BudgetExceeded before asking for GPUs. The first admitted task is SIGKILLed between create
     and defer: its retry keeps its reservation (same key, same stamp) and re-attaches (no second
-    job). A second run of the DAG has its own 7.0: 3 more jobs, its own 3 reservations."""
+    job). A second run of the DAG has its own 7.0: 3 more jobs, its own 3 reservations. A task
+    of it cleared after it succeeded reserves anew on top of what it spent."""
     started = time.monotonic()
     emulator = airflow.emulator
     emulator.reset(FAST)
+    _hold_gpus(airflow)
     before = _reservations(airflow)
     run_id = airflow.trigger(DAG_ID)
     pid, job_name, stalled = _wait_for_stall(airflow, run_id)
-    held = {k: v for k, v in _reservations(airflow).items() if k not in before}
-    [stalled_key] = [k for k in held if k.endswith(f".train.{stalled}")]
-    stamp = held[stalled_key]["at"]
+    [stalled_key] = [k for k in _reservations(airflow) if k not in before and k.endswith(f".train.{stalled}")]
+    stamp = _reservations(airflow)[stalled_key]["at"]
     assert [j["name"] for j in _jobs(emulator) if j["labels"].get("airflow-map-index") == str(stalled)] == [job_name]
     os.kill(pid, signal.SIGKILL)  # the job exists, the task has not deferred
-    state = airflow.wait(DAG_ID, run_id, timeout=600)
-    admitted = _check_run(airflow, run_id, state)
+    admitted = _check_decided(airflow, run_id, _wait_all_decided(airflow, run_id, retried=stalled))
     assert stalled in admitted
-    ti = {t["map_index"]: t for t in airflow.all_task_instances(DAG_ID, run_id)}[stalled]
-    assert ti["try_number"] == 2, ti  # try 1 was killed, try 2 finished the job
+    first = {k: v for k, v in _reservations(airflow).items() if k not in before}
+    assert sorted(int(k.rsplit(".", 1)[1]) for k in first) == admitted, first  # the refused deleted theirs
+    assert sum(v["amount"] for v in first.values()) <= LIMIT  # what the holders hold fits: no double spend
+    assert first[stalled_key]["at"] == stamp  # the retry kept its reservation: same key, same place
     retry = _log(airflow, run_id, stalled, 2)
-    assert "refused" not in retry and "BudgetExceeded" not in retry, retry[-3000:]
+    assert f"re-attaching to {job_name}" in retry and "refused" not in retry, retry[-3000:]
+    _release_gpus(airflow)
+    _check_ended(airflow, run_id, admitted)
     first = {k: v for k, v in _reservations(airflow).items() if k not in before}
     _check_reservations(first, admitted)
-    assert first[stalled_key]["at"] == stamp  # the retry kept its reservation: same key, same place
+    assert first[stalled_key]["at"] == stamp
     assert emulator.stats()["jobsCreated"] == {"FLEX_START": ADMITTED}  # the retry created no second job
     first_run = time.monotonic() - started
 
     # a second run of the DAG: its own budget (its own reservations), the first run's untouched
+    _hold_gpus(airflow)
     run_2 = airflow.trigger(DAG_ID)
-    state = airflow.wait(DAG_ID, run_2, timeout=600)
-    admitted_2 = _check_run(airflow, run_2, state)
+    admitted_2 = _check_decided(airflow, run_2, _wait_all_decided(airflow, run_2))
+    _release_gpus(airflow)
+    _check_ended(airflow, run_2, admitted_2)
     second = {k: v for k, v in _reservations(airflow).items() if k not in before and k not in first}
     _check_reservations(second, admitted_2)
     assert len({k.rsplit(".", 2)[0] for k in first}) == len({k.rsplit(".", 2)[0] for k in second}) == 1
     assert {k.rsplit(".", 2)[0] for k in first} != {k.rsplit(".", 2)[0] for k in second}  # its own budget
     assert {k: v for k, v in _reservations(airflow).items() if k in first} == first  # the first run's untouched
     assert emulator.stats()["jobsCreated"] == {"FLEX_START": 2 * ADMITTED}
+    second_run = time.monotonic() - started - first_run
 
     # an admitted task of the second run cleared after it succeeded runs again: it reserves anew on
     # top of what it spent (on main its key was kept as it was: the new run's money counted nowhere)
@@ -195,5 +232,5 @@ def test_concurrent_tasks_of_one_run_share_its_budget_and_a_retry_keeps_its_rese
     assert again["amount"] == second[key]["spent"] + PRICE and again["spent"] >= second[key]["spent"], again
     assert sum(v["amount"] for k, v in _reservations(airflow).items() if k in second) <= LIMIT
     assert emulator.stats()["jobsCreated"] == {"FLEX_START": 2 * ADMITTED + 1}
-    print(f"\n[{airflow.executor}] first run (with the kill) {first_run:.0f} s, both runs "
-          f"{time.monotonic() - started:.0f} s")
+    print(f"\n[{airflow.executor}] first run (with the kill) {first_run:.0f} s, second run {second_run:.0f} s, "
+          f"all {time.monotonic() - started:.0f} s")

@@ -66,5 +66,5 @@ with DAG(dag_id="e2e_budget", schedule=None, start_date=datetime(2026, 1, 1), ca
         prices=PRICES,
         expected_run_time=timedelta(hours=1),
         run_budget=RunBudget("night", LIMIT),
-        **E2E_TRAINING,
+        **{**E2E_TRAINING, "max_wait_duration": "24h"},  # the test holds the GPUs until all have decided
     ).expand(display_name=[f"customer-{i:02d}" for i in range(TASKS)])
