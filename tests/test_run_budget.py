@@ -1,7 +1,7 @@
 """A budget shared by the tasks of one DAG run (orchestration/run_budget.py): one Variable-like
 key per task instance, merged on read; tested here with concurrent threads on an in-memory store
-that interleaves reads and writes (the deployed test, Airflow Variables under concurrent tasks,
-is open)."""
+that interleaves reads and writes; the deployed test (Airflow Variables under concurrent mapped
+tasks, a retry, a clear) is tests/e2e/test_budget.py."""
 
 from __future__ import annotations
 
