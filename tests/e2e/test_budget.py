@@ -81,10 +81,6 @@ def _reservations(airflow: AirflowDeployment) -> dict[str, dict]:
             return found
 
 
-def _of_run(reservations: dict[str, dict], run_prefix: str) -> dict[str, dict]:
-    return {k: v for k, v in reservations.items() if k.startswith(run_prefix)}
-
-
 def _log(airflow: AirflowDeployment, run_id: str, map_index: int, attempt: int) -> str:
     root = airflow.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=train" / f"map_index={map_index}"
     return "".join(p.read_text(errors="replace") for p in root.glob(f"attempt={attempt}*") if p.is_file())
