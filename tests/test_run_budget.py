@@ -1,7 +1,7 @@
 """A budget shared by the tasks of one DAG run (orchestration/run_budget.py): one Variable-like
 key per task instance, merged on read; tested here with concurrent threads on an in-memory store
-that interleaves reads and writes (the deployed test, Airflow Variables under concurrent tasks,
-is open)."""
+that interleaves reads and writes; the deployed test (Airflow Variables under concurrent mapped
+tasks, a retry, a clear) is tests/e2e/test_budget.py."""
 
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ class SlowStore:
         self._pause()
         with self.lock:
             self.data.pop(key, None)
+
+    def data_view(self) -> dict[str, dict]:
+        with self.lock:
+            return {k: dict(v) for k, v in self.data.items()}
 
 
 def test_holding_is_the_running_sum_in_stamp_order():
@@ -164,3 +168,31 @@ def test_concurrent_tasks_through_the_task_sdks_variables_never_hold_more_than_t
     run_prefix = key_of(BUDGET, "nightly", "scheduled__2026-12-01T00:00:00+00:00", "x").rsplit(".", 2)[0] + "."
     assert sorted(k.rsplit(".", 2)[1] for k in store.keys(run_prefix)) == sorted(held)
     _clean_variables()
+
+
+def test_each_map_index_reserves_under_its_own_key():
+    """Map index 0 had the key of index -1 (``map_index or -1``): found by tests/e2e/test_budget.py."""
+    from types import SimpleNamespace
+
+    from airflow_gpu_sched.orchestration.budget import task_key
+
+    op = SimpleNamespace(dag_id="nightly", task_id="train")
+    keys = [task_key(BUDGET, op, {"run_id": "r", "ti": SimpleNamespace(map_index=i)}) for i in (-1, 0, 1)]
+    assert [k.rsplit(".", 1)[1] for k in keys] == ["-1", "0", "1"]
+    assert task_key(BUDGET, op, {"run_id": "r"}) == keys[0]  # no task instance: unmapped
+
+
+def test_a_task_cleared_after_it_ended_reserves_anew_on_top_of_what_it_spent():
+    """Its key said ``spent``: kept as it was, the new run's money was counted nowhere and the
+    rest its first run freed (held by another task since) was spent twice."""
+    store = SlowStore(4)
+    key = key_of(BUDGET, "nightly", "run-1", "train")
+    assert reserve(store, BUDGET, key, 60.0, settle=0.05)
+    settle_spent(store, key, 50.0)  # the task succeeded having spent 50: 50 left for the others
+    other = key_of(BUDGET, "nightly", "run-1", "evaluate")
+    assert reserve(store, BUDGET, other, 40.0, settle=0.05)  # 50 + 40 fits
+    assert not reserve(store, BUDGET, key, 60.0, settle=0.05)  # cleared: 50 spent + 60 more does not fit
+    assert store.data[key]["spent"] == 50.0 and left(store.data_view(), 100) == 10.0
+    assert reserve(store, BUDGET, key, 10.0, settle=0.05)  # 50 + 40 + 10: fits
+    settle_spent(store, key, 8.0)  # its second run spent 8: both runs' spending stays counted
+    assert store.data[key]["spent"] == 58.0 and left(store.data_view(), 100) == 2.0

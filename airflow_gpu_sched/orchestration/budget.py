@@ -207,9 +207,18 @@ def _run_budget(value: Any) -> Any:
     return RunBudget(**value)  # {"name": ..., "limit": ...}: checked by check_budget_args
 
 
+def task_key(run: Any, operator: Any, context: Any) -> str:
+    """This task instance's reservation key: map index 0 is its own (``0 or -1`` made it -1)."""
+    from airflow_gpu_sched.orchestration.run_budget import key_of
+
+    index = getattr((context or {}).get("ti"), "map_index", None)
+    return key_of(run, getattr(operator, "dag_id", "-"), str((context or {}).get("run_id") or "-"),
+                  operator.task_id, -1 if index is None else int(index))
+
+
 def _reserve(operator: Any, budget: Budget, run: Any, context: Any) -> dict[str, Any]:
     """Reserve the task's own budget, else the most its plan's steps may cost."""
-    from airflow_gpu_sched.orchestration.run_budget import VariableStore, key_of, reserve
+    from airflow_gpu_sched.orchestration.run_budget import VariableStore, reserve
 
     amount: float | None = budget.remaining
     if amount is None:
@@ -219,9 +228,7 @@ def _reserve(operator: Any, budget: Budget, run: Any, context: Any) -> dict[str,
     if amount is None:
         return {"key": None, "amount": 0.0, "holds": False,
                 "why": "no price for every step: give budget= (this task's share) to reserve"}
-    ti = (context or {}).get("ti")
-    key = key_of(run, getattr(operator, "dag_id", "-"), str((context or {}).get("run_id") or "-"),
-                 operator.task_id, int(getattr(ti, "map_index", -1) or -1))
+    key = task_key(run, operator, context)
     holds = reserve(VariableStore(), run, key, amount, settle=run.settle)
     return {"key": key, "amount": amount, "holds": holds,
             "why": f"a reservation of {amount:g} was refused: the DAG run's other tasks hold the rest of {run.limit:g}"}
@@ -239,4 +246,4 @@ def settle_run_budget(ledger: Any, prices: Any) -> None:
 
 
 __all__ = ["LEDGER_RUN_BUDGET", "PREEMPTION_WASTE", "Budget", "Estimate", "budget_for", "settle_run_budget", "check_budget_args", "estimate", "plan_check_cells",
-           "refusal", "rows"]
+           "refusal", "rows", "task_key"]

@@ -17,7 +17,9 @@ are **one Variable per task instance**, merged on read (as the observed-capacity
   clocks agree within ``SETTLE / 2``; the default settle is 10 s.)
 - A retry of the same task instance finds its own key and keeps it (same stamp, same place in
   the order): a retry does not reserve twice. When the task ends it writes what was really
-  spent into its key (``spent``), which frees the rest for reservations decided later.
+  spent into its key (``spent``), which frees the rest for reservations decided later. A task
+  that ended and runs again (cleared after it succeeded) reserves anew on top of what it spent
+  (``before``), with a new stamp; refused, its key goes back to what it spent.
 - A withdrawn or refused reservation is deleted; a reader that still sees it counts it (on the
   safe side: less is handed out, never more).
 
@@ -100,28 +102,40 @@ def reserve(store: Store, budget: RunBudget, key: str, amount: float, clock: Cal
     holds. A retry finds its own reservation and keeps it."""
     prefix = _run_prefix(key)
     mine = store.get(key)
-    if isinstance(mine, dict) and "at" in mine:
+    if isinstance(mine, dict) and "at" in mine and mine.get("spent") is None:
         sleep(max(0.0, float(mine["at"]) + settle - clock()))
         return key in holding(_read(store, prefix), budget.limit)
+    # a task that ended (``spent``) and runs again (cleared after it succeeded): what it spent stays
+    # counted and the new run is a new reservation on top of it, decided as any other
+    ended = mine if isinstance(mine, dict) and "at" in mine else None
+    before = float(ended["spent"]) if ended else 0.0
     for _ in range(attempts):
         stamp = clock()
-        store.set(key, {"amount": float(amount), "at": stamp})
+        store.set(key, {"amount": before + float(amount), "at": stamp, "before": before})
         if clock() - stamp > settle / 2:  # written too late to be seen by those deciding after us
-            store.delete(key)
+            _withdraw(store, key, ended)
             continue
         sleep(max(0.0, stamp + settle - clock()))
         if key in holding(_read(store, prefix), budget.limit):
             return True
-        store.delete(key)  # refused: frees nothing anyone held, and stops counting against later ones
+        _withdraw(store, key, ended)  # refused: frees nothing anyone held, and stops counting against later ones
         return False
     return False
+
+
+def _withdraw(store: Store, key: str, ended: dict[str, Any] | None) -> None:
+    """Take a reservation back; an ended task's earlier spending stays (its old place, its spent)."""
+    if ended is None:
+        store.delete(key)
+    else:
+        store.set(key, ended)
 
 
 def settle_spent(store: Store, key: str, spent: float) -> None:
     """What the task really spent, into its own reservation (the rest is freed for later ones)."""
     mine = store.get(key)
-    if isinstance(mine, dict) and "at" in mine:
-        store.set(key, {**mine, "spent": float(spent)})
+    if isinstance(mine, dict) and "at" in mine:  # plus what its earlier runs spent (``before``)
+        store.set(key, {**mine, "spent": float(mine.get("before") or 0.0) + float(spent)})
 
 
 class VariableStore:
