@@ -2,8 +2,8 @@
 job was created (the reaper's deployed tests, tests/e2e/test_reaper.py).
 
 Test-only hook (here, not in product code): a run triggered with ``{"stall": true}`` writes the
-try's process id and job name to ``$AIRFLOW_HOME/e2e-markers/<run_id>.pid`` after ``submit``
-returned on try 1, then sleeps instead of deferring, so the test can SIGKILL it between create
+try's process id and job name to ``$AIRFLOW_HOME/e2e-markers/<run_id>.pid`` once its job was
+created and recorded on try 1, then sleeps instead of deferring, so the test can SIGKILL it between create
 and defer. A run without it trains and defers as usual (the deferred task that keeps the
 triggerer's shared poller, and so its reaper, going). ``e2e_reaper_hold`` waits 30 minutes
 before its retry (the task sits in ``up_for_retry`` while the test marks it or deletes its run);
@@ -24,14 +24,27 @@ from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
 
 class StallOnRequest(FlexStartTrainingOperator):
-    def submit(self, context, ledger, *args, **kwargs):
-        name = super().submit(context, ledger, *args, **kwargs)
+    """``running_job`` is set right after the create's name was saved (operators/run.py submit;
+    the operator has no ``submit`` method to override since the split)."""
+
+    @property
+    def running_job(self):
+        return self.__dict__.get("_e2e_running_job")
+
+    @running_job.setter
+    def running_job(self, name):
+        self.__dict__["_e2e_running_job"] = name
+        if name is None or self.__dict__.get("_e2e_stalled"):
+            return
+        from airflow.sdk import get_current_context
+
+        context = get_current_context()
         if context["ti"].try_number == 1 and (context["dag_run"].conf or {}).get("stall"):
+            self.__dict__["_e2e_stalled"] = True
             markers = Path(os.environ["AIRFLOW_HOME"]) / "e2e-markers"
             markers.mkdir(exist_ok=True)
             (markers / f"{context['run_id']}.pid").write_text(f"{os.getpid()} {name}")
             time.sleep(600)  # the test kills us here: the job exists, the task has not deferred
-        return name
 
 
 for dag_id, retry_delay in (("e2e_reaper_hold", timedelta(minutes=30)), ("e2e_reaper_retry", timedelta(seconds=10))):
