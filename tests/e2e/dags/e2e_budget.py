@@ -19,32 +19,17 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
-from _e2e_task import E2E_TRAINING
-from airflow_gpu_sched.operators import FlexStartTrainingOperator
+from _e2e_task import E2E_TRAINING, StallAfterCreate
 from airflow_gpu_sched.orchestration.run_budget import RunBudget
 
 TASKS, PRICE, LIMIT = 10, 2.0, 7.0  # tests/e2e/test_budget.py reads these
 PRICES = {"currency": "USD", "NVIDIA_TESLA_A100": {"FLEX_START": PRICE}}
 
 
-class StallOnceAfterSubmit(FlexStartTrainingOperator):
-    """``running_job`` is set right after the create's name was saved (operators/run.py submit)."""
+class StallOnceAfterSubmit(StallAfterCreate):
+    """Only the first admitted task to get here stalls (its marker is created exclusively)."""
 
-    @property
-    def running_job(self):
-        return self.__dict__.get("_e2e_running_job")
-
-    @running_job.setter
-    def running_job(self, name):
-        self.__dict__["_e2e_running_job"] = name
-        if name is None or self.__dict__.get("_e2e_stalled"):
-            return
-        from airflow.sdk import get_current_context
-
-        context = get_current_context()
-        if context["ti"].try_number != 1:
-            return
-        self.__dict__["_e2e_stalled"] = True
+    def stall(self, context, name):
         markers = Path(os.environ["AIRFLOW_HOME"]) / "e2e-markers"
         markers.mkdir(exist_ok=True)
         try:
@@ -54,7 +39,6 @@ class StallOnceAfterSubmit(FlexStartTrainingOperator):
         os.write(fd, f"{os.getpid()} {name} {context['run_id']} {context['ti'].map_index}".encode())
         os.close(fd)
         time.sleep(600)  # the test kills us here: the job exists, the task has not deferred
-
 
 with DAG(dag_id="e2e_budget", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"],
          max_active_tasks=TASKS):

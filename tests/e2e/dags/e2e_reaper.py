@@ -12,40 +12,16 @@ before its retry (the task sits in ``up_for_retry`` while the test marks it or d
 
 from __future__ import annotations
 
-import os
-import time
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from airflow.sdk import DAG
 
-from _e2e_task import E2E_TRAINING
-from airflow_gpu_sched.operators import FlexStartTrainingOperator
+from _e2e_task import E2E_TRAINING, StallAfterCreate
 
 
-class StallOnRequest(FlexStartTrainingOperator):
-    """``running_job`` is set right after the create's name was saved (operators/run.py submit;
-    the operator has no ``submit`` method to override since the split)."""
-
-    @property
-    def running_job(self):
-        return self.__dict__.get("_e2e_running_job")
-
-    @running_job.setter
-    def running_job(self, name):
-        self.__dict__["_e2e_running_job"] = name
-        if name is None or self.__dict__.get("_e2e_stalled"):
-            return
-        from airflow.sdk import get_current_context
-
-        context = get_current_context()
-        if context["ti"].try_number == 1 and (context["dag_run"].conf or {}).get("stall"):
-            self.__dict__["_e2e_stalled"] = True
-            markers = Path(os.environ["AIRFLOW_HOME"]) / "e2e-markers"
-            markers.mkdir(exist_ok=True)
-            (markers / f"{context['run_id']}.pid").write_text(f"{os.getpid()} {name}")
-            time.sleep(600)  # the test kills us here: the job exists, the task has not deferred
-
+class StallOnRequest(StallAfterCreate):
+    def wants_stall(self, context):
+        return bool((context["dag_run"].conf or {}).get("stall"))
 
 for dag_id, retry_delay in (("e2e_reaper_hold", timedelta(minutes=30)), ("e2e_reaper_retry", timedelta(seconds=10))):
     with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"]):
