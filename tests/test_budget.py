@@ -153,3 +153,35 @@ def test_a_run_budget_is_shared_by_the_tasks_of_one_dag_run(fast_emulator, histo
     task("evaluate", "run-2").execute({"task_state_store": Store(), "run_id": "run-2"})
     assert fast_emulator.stats()["jobsCreated"] == {"STANDARD": 2}
     _clean_variables()
+
+
+def test_a_task_cleared_after_a_failed_run_counts_that_runs_spend_in_the_run_budget(fast_emulator, history):
+    """The run budget (0.7) after a clear: the failed run spent 0.3 (a 6-minute job at 3.0 that
+    exited 1). Its reservation kept as it was, the new run re-used it and another task of the
+    run got money already spent (0.3 + 0.3 + 0.3 > 0.7). Now the failed run's spend is settled
+    into its key when the new run starts, the new run reserves on top (0.6) and runs, and the
+    other task's 0.3 is refused."""
+    from airflow_gpu_sched.orchestration.errors import TrainingJobFailed
+    from airflow_gpu_sched.orchestration.run_budget import RunBudget
+    from tests.test_operators import Store
+    from tests.test_retries import _Ti
+    from tests.test_run_budget import _clean_variables
+
+    _clean_variables()
+    history(writers=1)
+    shared = RunBudget("gpu", 0.7, settle=0.2)
+
+    def task(task_id: str, **env) -> GpuTrainingOperator:
+        return GpuTrainingOperator(task_id=task_id, deferrable=False, prices=PRICES, expected_run_time="6m",
+                                   run_budget=shared, plan=[{"strategy": "STANDARD"}],
+                                   env={"EMULATOR_RUN_SECONDS": "360", **env}, **COMMON)
+
+    store = Store()
+    with pytest.raises(TrainingJobFailed):
+        task("train", EMULATOR_EXIT_CODE="1").execute({"task_state_store": store, "run_id": "run-1", "ti": _Ti(1, 0)})
+    again = task("train").execute({"task_state_store": store, "run_id": "run-1", "ti": _Ti(2, 1)})  # cleared
+    assert again["cost"] == pytest.approx(0.3, abs=0.005) and len(again["attempts"]) == 1
+    with pytest.raises(BudgetExceeded, match="a reservation of 0.3 was refused"):
+        task("evaluate").execute({"task_state_store": Store(), "run_id": "run-1"})
+    assert fast_emulator.stats()["jobsCreated"] == {"STANDARD": 2}
+    _clean_variables()

@@ -240,3 +240,36 @@ def test_airflow_retries_read_as_tries_of_one_clear_cycle(airflow):
     assert result["train"].try_number == 3
     assert sorted({try_number for try_number, _ in SEEN}) == [1, 2, 3]  # also called on each resume
     assert {max_tries - 2 + 1 for _, max_tries in SEEN} == {1}  # one clear cycle: never read as a clear
+
+
+def test_a_retry_of_the_try_that_saw_the_success_succeeds_from_it_and_trains_nothing(fast_emulator):
+    """Try 1 saw its job succeed and died (or failed, e.g. in its summary) before Airflow recorded
+    the success: the ledger says the run completed, by try 1. Try 2, an Airflow retry, succeeds
+    from that run with the same result (the job's outputs read again) and no new job; a clear
+    (Airflow set max_tries = 2 + retries) trains anew, as before."""
+    from tests.test_operators import Store
+
+    op = _operator(strategy="STANDARD", deferrable=False)  # retries=2
+    store = Store()
+    first = op.execute({"task_state_store": store, "ti": _Ti(1, max_tries=2)})
+    assert _created(fast_emulator) == 1
+    assert store.data["airflow_gpu_sched.ledger"]["completed_try"] == 1
+    again = op.execute({"task_state_store": store, "ti": _Ti(2, max_tries=2)})  # the retry
+    assert _created(fast_emulator) == 1  # trained nothing
+    assert again == first
+    cleared = op.execute({"task_state_store": store, "ti": _Ti(3, max_tries=4)})  # cleared: first try since is 3
+    assert _created(fast_emulator) == 2
+    assert cleared["job_name"] != first["job_name"] and len(cleared["attempts"]) == 1
+
+
+def test_a_completed_run_without_the_try_that_saw_it_is_followed_by_a_new_run(fast_emulator):
+    """A ledger written before completed_try existed (or a try with no task instance) keeps the
+    old rule: a later try after a success starts a new training run."""
+    from tests.test_operators import Store
+
+    op = _operator(strategy="STANDARD", deferrable=False)
+    store = Store()
+    op.execute({"task_state_store": store, "ti": _Ti(1, max_tries=2)})
+    store.data["airflow_gpu_sched.ledger"].pop("completed_try")
+    op.execute({"task_state_store": store, "ti": _Ti(2, max_tries=2)})
+    assert _created(fast_emulator) == 2

@@ -248,7 +248,7 @@ class VertexTrainingOperator(BaseOperator):
             return run.run(self, context, self._ledger_of(context), events.capacity_event(event))
 
     def _ledger_of(self, context: Context) -> SubmissionLedger:  # with this run's region order
-        ledger = SubmissionLedger.from_context(context)
+        ledger = SubmissionLedger.from_context(context, events.first_try(self, context))
         region_order.apply(self, ledger, context)  # observed/cheapest orders, learned waits: kept in the ledger
         return ledger
 

@@ -72,6 +72,9 @@ def try_started(op: Any, context: Any, ledger: SubmissionLedger,
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow_gpu_sched.orchestration.job_types import job_type_of
 
+    if ledger.completed:  # a retry of the try that saw the run succeed: its job, for the outputs only
+        return engine.TryStarted(now=now(), try_number=try_number(context), first_try=first_try(op, context)), \
+            _completed_job(op, ledger)
     resource, by_key = _find_existing(op, ledger)
     found, ended = None, None
     if resource is not None:
@@ -84,10 +87,19 @@ def try_started(op: Any, context: Any, ledger: SubmissionLedger,
             ended = Ended(kind, resource, None)
         found = engine.Found(job_name=existing.name, state=existing.state.value, ended=event, by_key=by_key)
     return engine.TryStarted(now=now(), try_number=try_number(context), found=found,
-                             first_try=_first_try(op, context), race_found=race_found), ended
+                             first_try=first_try(op, context), race_found=race_found), ended
 
 
-def _first_try(op: Any, context: Any) -> int | None:
+def _completed_job(op: Any, ledger: SubmissionLedger) -> Ended | None:
+    """The job the completed run succeeded with, read again (None when it cannot be read)."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+
+    name = (ledger.attempts or [{}])[-1].get("job_name")
+    resource = vertex_calls.find_by_name(op, name) if name else None
+    return None if resource is None else Ended(job_type_of(resource.name), resource, None)
+
+
+def first_try(op: Any, context: Any) -> int | None:
     """The first try since the task instance was last cleared (a clear sets ``max_tries`` to
     the tries so far plus ``retries``; Airflow reads it the same way)."""
     max_tries = getattr(context.get("ti"), "max_tries", None)

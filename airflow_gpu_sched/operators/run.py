@@ -69,6 +69,14 @@ def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any 
         action = engine.decide(plan, engine.State.of(ledger.snapshot()), event)
         for effect in action.effects:
             effects()[type(effect)](op, context, ledger, effect, ended)
+        if action.starts_new_run:
+            # a new training run: its budget is its own (a run budget reserves anew on top of what
+            # the run given up spent), so its first step is decided again with that budget
+            plan, ended = engine_plan(op, context, ledger), None
+            action = engine.decide(plan, engine.State.of(ledger.snapshot()),
+                                   engine.TryStarted(now=now(), try_number=try_number(context)))
+            for effect in action.effects:
+                effects()[type(effect)](op, context, ledger, effect, ended)
         out = actions()[type(action)](op, context, ledger, action, ended)
         if isinstance(out, Finished):
             return out.result
@@ -214,11 +222,17 @@ def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close,
         record.update(state=close.state, error=close.error)
     if close.resubmit:  # resubmitted for a hardware-shaped failure: counted (orchestration/resubmit.py)
         record["resubmit"] = close.resubmit
-    ledger.finish_attempt(record, close.preemptions, completed=close.completed)
+    ledger.finish_attempt(record, close.preemptions, completed=close.completed, try_number=try_number(context))
     observe.attempt_closed(op, record, close.preemptions, f"{job.name} ended {job.state.value}")
 
 
 def _new_run(op: Any, context: Any, ledger: SubmissionLedger, effect: engine.NewRun, ended: Any) -> None:
+    from airflow_gpu_sched.orchestration.accounting import resolve_prices
+    from airflow_gpu_sched.orchestration.budget import settle_run_budget
+
+    # run_budget=: the run given up (cleared after a failure) spent real money: into its reservation
+    # first, so the new run reserves on top of it instead of re-using it (no double spend)
+    settle_run_budget(ledger, resolve_prices(op.prices, op.client))
     ledger.new_run()
     region_order.keep(op, ledger)  # the order this run's positions were decided in
 

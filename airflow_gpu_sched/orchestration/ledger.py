@@ -6,6 +6,7 @@ clears. The ledger holds one "training run" of the task:
     {"run": <uuid>, "submission_key": <uuid hex>, "job_name": <name or null>,
      "job_try": <the try that submitted that job, or null>,
      "attempts": [<finished attempt records>], "preemptions": n, "completed": false,
+     "completed_try": <the try that saw the run succeed, or null>,
      "position": <index into the plan's (step, region) order>, "waiting_since": <when a
      capacity wait began, or null>, "running_bound": <{"by": epoch seconds, "why": text}: when
      the current job must first be RUNNING, or null>,
@@ -26,6 +27,9 @@ operators/run.py, name them): no other module touches ``data``.
 - After the create, the job name is saved.
 - When the task succeeds, ``completed`` is set: a later try of the same task instance (a
   user clearing a task that succeeded) starts a new training run instead of re-attaching.
+  Except an Airflow *retry* of the try that saw the success (no clear between): that try died
+  or failed after the job succeeded and before Airflow recorded it (a lost worker, an error in
+  the summary), so the run stays completed and the retry succeeds from it, training nothing.
 - When a try fails, its error is kept (``failed``): the plan's engine tells from it and the
   try numbers whether a later try is a retry (fail again if a retry cannot help) or follows a
   clear (a new training run: :meth:`new_run`).
@@ -68,16 +72,33 @@ def _fresh_run() -> dict[str, Any]:
 
 
 class SubmissionLedger:
-    def __init__(self, store: Any | None):
+    def __init__(self, store: Any | None, try_number: int | None = None, first_try: int | None = None):
+        """``try_number``/``first_try``: this try and the first try since the task instance was
+        last cleared (operators/events.py ``first_try``); without them a completed run is
+        always followed by a new one."""
         self.durable = store is not None
         self._store = store if store is not None else _MemoryStore()
         self.data: dict[str, Any] = dict(self._store.get(LEDGER_KEY) or {})
-        if not self.data or self.data.get("completed"):
+        if not self.data or (self.data.get("completed") and not self._retry_of_completion(try_number, first_try)):
             self.data = _fresh_run()
 
+    def _retry_of_completion(self, try_number: int | None, first_try: int | None) -> bool:
+        """This try is an Airflow retry of the try that saw the run succeed (no clear between)."""
+        done = self.data.get("completed_try")
+        if done is None or try_number is None or first_try is None:
+            return False
+        return first_try <= int(done) < try_number
+
     @classmethod
-    def from_context(cls, context: Any) -> SubmissionLedger:
-        return cls(context.get("task_state_store") if hasattr(context, "get") else None)
+    def from_context(cls, context: Any, first_try: int | None = None) -> SubmissionLedger:
+        ti = context.get("ti") if hasattr(context, "get") else None
+        return cls(context.get("task_state_store") if hasattr(context, "get") else None,
+                   try_number=getattr(ti, "try_number", None), first_try=first_try)
+
+    @property
+    def completed(self) -> bool:
+        """The run succeeded (kept only for a retry of the try that saw it: see the module doc)."""
+        return bool(self.data.get("completed"))
 
     def save(self) -> None:
         try:
@@ -153,13 +174,14 @@ class SubmissionLedger:
         self.data.update(job_name=job_name, job_try=try_number)
         self.save()
 
-    def finish_attempt(self, record: dict[str, Any], preemptions: int = 0, completed: bool = False) -> None:
+    def finish_attempt(self, record: dict[str, Any], preemptions: int = 0, completed: bool = False,
+                       try_number: int | None = None) -> None:
         """Close the current attempt (its job ended), in one write: the next create needs a
-        new key, and a successful task is marked completed at the same time."""
+        new key, and a successful task is marked completed (by ``try_number``) at the same time."""
         self.data["attempts"] = [*self.attempts, record]
         self.data["preemptions"] = self.preemptions + preemptions
         self.data.update(submission_key=None, job_name=None, completed=completed, waiting_since=None,
-                         running_bound=None)
+                         running_bound=None, completed_try=try_number if completed else None)
         self.save()
 
     def move_to(self, position: int) -> None:

@@ -82,6 +82,10 @@ def decide(plan: Plan, state: State, event: PlanEvent) -> Action:
 
 
 def _try_started(plan: Plan, state: State, event: TryStarted) -> Action:
+    if state.completed:  # the ledger keeps a completed run only for a retry of the try that saw it
+        return Succeed(job_name=state.last_job or "", effects=(Note("warning", (
+            f"the training run already succeeded (job {state.last_job}) and the try that saw it ended before "
+            "Airflow recorded the success: succeeding from it, no new job")),))
     if state.race is not None and state.race.in_flight:
         return _then(plan, races.try_started(plan, state, event))
     found = event.found

@@ -64,6 +64,8 @@ class State:
     failed_try: int | None = None  # the try that failed so
     race: RaceState | None = None  # the current position's race, when it is one (the ledger's ``race``)
     failure_resubmits: int = 0  # jobs of this run resubmitted after a hardware-shaped failure
+    completed: bool = False  # the run already succeeded (a retry of the try that saw it: ledger.py)
+    last_job: str | None = None  # the job of the last finished attempt
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> State:
@@ -78,7 +80,9 @@ class State:
                    job_name=data.get("job_name"), job_try=data.get("job_try"), running_by=bound.get("by"),
                    running_why=bound.get("why"), waiting_since=datetime.fromisoformat(since) if since else None,
                    race=RaceState.of(data.get("race")),
-                   failure_resubmits=sum(1 for a in data.get("attempts", []) if a.get("resubmit")))
+                   failure_resubmits=sum(1 for a in data.get("attempts", []) if a.get("resubmit")),
+                   completed=bool(data.get("completed")),
+                   last_job=(data.get("attempts") or [{}])[-1].get("job_name"))
 
     def preempted_at(self, position: int) -> int:
         return sum(1 for p, outcome in self.attempts if p == position and outcome == Event.PREEMPTED.value)
@@ -360,6 +364,11 @@ class Action:
     @property
     def moves(self) -> tuple[Move, ...]:
         return tuple(e for e in self.effects if isinstance(e, Move))
+
+    @property
+    def starts_new_run(self) -> bool:
+        """A new training run starts: its first step is decided again under its own budget."""
+        return any(isinstance(e, NewRun) for e in self.effects)
 
 
 @dataclass(frozen=True, kw_only=True)
