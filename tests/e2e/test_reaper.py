@@ -163,6 +163,18 @@ def _wait_passes(airflow: AirflowDeployment, after: int, count: int, **expect: i
         time.sleep(0.5)
 
 
+def _first_pass(airflow: AirflowDeployment, after: int, **expect: int) -> int:
+    """The number of the first reaper pass above ``after`` that logged the ``expect``ed counts
+    (active, examined, orphaned, due). A hang guard only."""
+    fields = ("active", "examined", "orphaned", "due")
+    deadline = time.monotonic() + 240
+    while not (found := [p[0] for p in _passes(airflow) if p[0] > after
+                         and all(p[1 + fields.index(k)] == v for k, v in expect.items())]):
+        assert time.monotonic() < deadline, f"no reaper pass with {expect}: {_passes(airflow)[-10:]}"
+        time.sleep(0.5)
+    return min(found)
+
+
 def _last_pass(airflow: AirflowDeployment) -> int:
     return max((p[0] for p in _passes(airflow)), default=0)
 
@@ -259,7 +271,12 @@ def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
         time.sleep(0.5)
     assert airflow.wait_task_state(RETRY, run_id, "train", {"deferred"}, timeout=180) == "deferred"
     _wait_passes(airflow, after, 0, orphaned=0, due=0)
-    _wait_passes(airflow, last, 2, active=2, examined=2, orphaned=0, due=0)  # and after: still owned
+    # and after: still owned. Counted from the first pass whose list held the victim's job: a
+    # pass numbered after `last` may have listed before the create (its line reaches the log
+    # file later), and saw the keeper's job alone; every pass after one that saw both does too
+    both = _first_pass(airflow, last, active=2)
+    settled = max(both, _last_pass(airflow))
+    _wait_passes(airflow, settled, 2, active=2, examined=2, orphaned=0, due=0)
     ours = [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]
     assert [(j["name"], j["state"]) for j in ours] == [(job_name, "JOB_STATE_QUEUED")], ours
     assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
