@@ -17,7 +17,9 @@ import os
 import re
 import signal
 import time
+from datetime import datetime
 
+import psutil
 import pytest
 
 from airflow_gpu_sched.emulator import EmulatorServer
@@ -29,7 +31,7 @@ from tests.e2e.harness import AirflowDeployment, PostgresCluster, dags_folder, p
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 FAST = {"seed": 1, "speed": 100, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
-HOLD, RETRY = "e2e_reaper_hold", "e2e_reaper_retry"
+HOLD, RETRY, SYNC = "e2e_reaper_hold", "e2e_reaper_retry", "e2e_reaper_sync"
 EXECUTORS = [pytest.param("local", id="local"), pytest.param("celery", id="celery", marks=pytest.mark.celery)]
 CANCELLED = ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
 PASS_LINE = re.compile(r"reaper pass (\d+) \(custom_job\): (\d+) active jobs, (\d+) examined, (\d+) orphaned, (\d+) due")
@@ -68,7 +70,7 @@ def airflow(deployment):
     # leave nothing waiting for the next test: fail the runs (a deferred task's on_kill cancels its
     # job), then cancel what no trigger held (a victim's job, if the test failed before the reaper)
     def unfinished() -> list[tuple[str, str, str | None]]:
-        return [(dag_id, run["dag_run_id"], t["state"]) for dag_id in (HOLD, RETRY)
+        return [(dag_id, run["dag_run_id"], t["state"]) for dag_id in (HOLD, RETRY, SYNC)
                 for run in deployment.api("GET", f"dags/{dag_id}/dagRuns", params={"state": "running"})["dag_runs"]
                 for t in deployment.task_instances(dag_id, run["dag_run_id"])
                 if t["state"] not in ("failed", "success", "skipped", "upstream_failed")]
@@ -159,6 +161,18 @@ def _wait_passes(airflow: AirflowDeployment, after: int, count: int, **expect: i
             return matching[-1][0]
         assert time.monotonic() < deadline, f"no reaper pass: {seen}\n{_triggerer_logs(airflow)[-20000:]}"
         time.sleep(0.5)
+
+
+def _first_pass(airflow: AirflowDeployment, after: int, **expect: int) -> int:
+    """The number of the first reaper pass above ``after`` that logged the ``expect``ed counts
+    (active, examined, orphaned, due). A hang guard only."""
+    fields = ("active", "examined", "orphaned", "due")
+    deadline = time.monotonic() + 240
+    while not (found := [p[0] for p in _passes(airflow) if p[0] > after
+                         and all(p[1 + fields.index(k)] == v for k, v in expect.items())]):
+        assert time.monotonic() < deadline, f"no reaper pass with {expect}: {_passes(airflow)[-10:]}"
+        time.sleep(0.5)
+    return min(found)
 
 
 def _last_pass(airflow: AirflowDeployment) -> int:
@@ -257,7 +271,12 @@ def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
         time.sleep(0.5)
     assert airflow.wait_task_state(RETRY, run_id, "train", {"deferred"}, timeout=180) == "deferred"
     _wait_passes(airflow, after, 0, orphaned=0, due=0)
-    _wait_passes(airflow, last, 2, active=2, examined=2, orphaned=0, due=0)  # and after: still owned
+    # and after: still owned. Counted from the first pass whose list held the victim's job: a
+    # pass numbered after `last` may have listed before the create (its line reaches the log
+    # file later), and saw the keeper's job alone; every pass after one that saw both does too
+    both = _first_pass(airflow, last, active=2)
+    settled = max(both, _last_pass(airflow))
+    _wait_passes(airflow, settled, 2, active=2, examined=2, orphaned=0, due=0)
     ours = [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]
     assert [(j["name"], j["state"]) for j in ours] == [(job_name, "JOB_STATE_QUEUED")], ours
     assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
@@ -265,3 +284,97 @@ def test_a_retry_re_attaching_while_the_reaper_passes_is_left_alone(airflow):
     assert f"reaper: cancelled {job_name}" not in _triggerer_logs(airflow)
     ti = {t["task_id"]: t for t in airflow.task_instances(RETRY, run_id)}["train"]
     assert ti["try_number"] == 2, ti
+
+
+def _task_process(airflow: AirflowDeployment, ti_id: str) -> psutil.Process:
+    """The task process of a try: the task runner titles it ``airflow worker -- <ti id>``."""
+    title = f"airflow worker -- {ti_id}"
+    deadline = time.monotonic() + 60
+    while True:
+        for proc in psutil.process_iter(["cmdline"]):
+            if " ".join(filter(None, proc.info["cmdline"] or ())) == title:  # padded with empty args
+                return proc
+        assert time.monotonic() < deadline, f"no process titled {title!r}"
+        time.sleep(0.3)
+
+
+def _lose_the_worker_host(airflow: AirflowDeployment, ti: dict) -> str | None:
+    """SIGKILL what runs the try, as a host lost would (nothing runs ``on_kill``, nothing reports
+    the death): on Celery the worker with its pool and task processes (the worker to start again,
+    returned); on LocalExecutor the supervisor and the task's process group, as scenario 3b of
+    test_deployed.py does."""
+    task = _task_process(airflow, ti["id"])
+    if airflow.executor == "celery":
+        worker = airflow.component_of_hostname(ti["hostname"])
+        assert worker in airflow.workers(), ti
+        under = psutil.Process(airflow.procs[worker].pid).children(recursive=True)
+        assert task.pid in [c.pid for c in under], (worker, task)  # the try runs on that host
+        airflow.kill(worker)
+        return worker
+    supervisor = task.parent()
+    assert "LocalExecutor" in " ".join(supervisor.cmdline()), supervisor.cmdline()
+    assert supervisor.ppid() == airflow.procs["scheduler"].pid, (supervisor, supervisor.cmdline())
+    supervisor.kill()  # first, so it cannot report its child's death
+    os.killpg(task.pid, signal.SIGKILL)
+    psutil.wait_procs([supervisor, task], timeout=5)
+    return None
+
+
+def test_a_worker_host_lost_during_a_sync_task_has_its_job_cancelled_after_the_task_failed(airflow):
+    """A sync-mode task (``deferrable=False``, no retry left) polls its job in the worker while
+    the job waits for GPUs; its worker host is lost (SIGKILL, see _lose_the_worker_host): nothing
+    runs ``on_kill``, the scheduler fails the try on its missing heartbeat, and the reaper cancels
+    the job on the second pass that sees it orphaned, never before the task instance was failed:
+    one job, one cancel (at the wire), logged with its task instance. Fails with the reaper off
+    (``[gpu_sched] reaper_interval`` 0): the job stays QUEUED until the hang guard."""
+    start = airflow.emulator.stats()
+    _, keeper_job = _keeper(airflow, HOLD)
+    airflow.emulator.start_traffic()  # the cancels sent, and when
+    try:
+        run_id = airflow.trigger(SYNC)
+        airflow.wait_task_state(SYNC, run_id, "train", {"running"}, timeout=180)
+        deadline = time.monotonic() + 180
+        while not (ours := [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]):
+            assert time.monotonic() < deadline, f"try 1 never submitted\n{airflow.why(SYNC, run_id)}"
+            time.sleep(0.3)
+        [job] = ours
+        job_name = job["name"]
+        assert job["state"] == "JOB_STATE_QUEUED", job
+        ti = {t["task_id"]: t for t in airflow.task_instances(SYNC, run_id)}["train"]
+        assert ti["state"] == "running" and ti["try_number"] == 1, ti  # polling in the worker, not deferred
+        before = _last_pass(airflow)
+        worker = _lose_the_worker_host(airflow, ti)
+        try:
+            deadline = time.monotonic() + 240  # a hang guard: the 15 s heartbeat timeout, late on a loaded machine
+            while (ti := {t["task_id"]: t for t in airflow.task_instances(SYNC, run_id)}["train"])["state"] != "failed":
+                assert ti["state"] == "running", ti  # nobody else ends it
+                assert time.monotonic() < deadline, f"no heartbeat timeout: {ti}\n{airflow.why(SYNC, run_id)}"
+                time.sleep(0.5)
+            _wait_cancelled(airflow, job_name, SYNC, run_id)
+            line = _reaped(airflow, job_name)
+        finally:
+            if worker:
+                airflow.start(worker)
+        exchanges = airflow.emulator.traffic()
+    finally:
+        airflow.emulator._call("POST", "traffic:stop", {})
+    events = airflow.api("GET", "eventLogs", params={"dag_id": SYNC, "run_id": run_id,
+                                                     "event": "heartbeat timeout"})["event_logs"]
+    assert [(e["task_id"], e["try_number"]) for e in events] == [("train", 1)], events
+    ti = {t["task_id"]: t for t in airflow.task_instances(SYNC, run_id)}["train"]
+    assert ti["state"] == "failed" and ti["try_number"] == 1, ti
+    # one cancel of the job at the wire, after the task instance was failed
+    cancels = [e for e in exchanges if e["method"] == "POST" and e["path"] == f"{job_name}:cancel"]
+    assert [e["status"] for e in cancels] == [200], cancels
+    failed_at = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00")).timestamp()
+    assert cancels[0]["at"] > failed_at, (cancels[0]["at"], ti["end_date"])
+    # within two passes after the failure: the first that sees it orphaned, then the cancel
+    orphaned = [p for p in _passes(airflow) if p[0] > before and p[3] >= 1]
+    assert [p[4] for p in orphaned][:2] == [0, 1], orphaned
+    assert f"dag={SYNC} task=train run={label_value(run_id)} try=1" in line, line
+    assert "task instance is failed" in line, line
+    assert "EMULATOR_RUN_SECONDS" not in _triggerer_logs(airflow)
+    ours = [j for j in _jobs(airflow) if j["labels"].get("airflow-run") == label_value(run_id)]
+    assert [j["name"] for j in ours] == [job_name] and ours[0]["state"] in CANCELLED, ours
+    assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
+    _check_created(airflow, start, created=2)

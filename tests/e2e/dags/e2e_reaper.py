@@ -8,6 +8,9 @@ and defer. A run without it trains and defers as usual (the deferred task that k
 triggerer's shared poller, and so its reaper, going). ``e2e_reaper_hold`` waits 30 minutes
 before its retry (the task sits in ``up_for_retry`` while the test marks it or deletes its run);
 ``e2e_reaper_retry`` retries after 10 s (reaper passes look at the job meanwhile).
+``e2e_reaper_sync`` trains in sync mode (``deferrable=False``: the worker polls the job) with no
+retry: a test loses its worker host while the job waits for GPUs, and the scheduler fails the
+task on its missing heartbeat.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from _e2e_task import E2E_TRAINING, StallAfterCreate
+from airflow_gpu_sched.operators import FlexStartTrainingOperator
 
 
 class StallOnRequest(StallAfterCreate):
@@ -33,3 +37,13 @@ for dag_id, retry_delay in (("e2e_reaper_hold", timedelta(minutes=30)), ("e2e_re
             retry_delay=retry_delay,
             **{**E2E_TRAINING, "max_wait_duration": "24h"},  # jobs wait for GPUs the test holds
         )
+
+with DAG(dag_id="e2e_reaper_sync", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["e2e"]):
+    FlexStartTrainingOperator(
+        task_id="train",
+        display_name="e2e-reaper-sync",
+        env={"EMULATOR_RUN_SECONDS": "60"},
+        deferrable=False,
+        retries=0,  # the lost try is the last: nothing will come back for its job
+        **{**E2E_TRAINING, "max_wait_duration": "24h"},
+    )
