@@ -23,7 +23,7 @@ Settings that decide when a killed worker's task is retried (measured on 3.3.2, 
     unacknowledged in Redis and would be redelivered only after the broker's
     ``visibility_timeout`` (Airflow's default for Redis: 86,400 s). That redelivery is not what
     retries the task: Airflow's own heartbeat detection is. The supervisor heartbeats every 5 s;
-    after ``[scheduler] task_instance_heartbeat_timeout`` (15 s here, 300 s by default) without
+    after ``[scheduler] task_instance_heartbeat_timeout`` (30 s here, 300 s by default) without
     one, a scheduler fails the try, and the retry is a new Celery message that a live worker
     takes. A late redelivery of the old message is refused by the execution API (that try is no
     longer queued).
