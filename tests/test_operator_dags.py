@@ -98,33 +98,61 @@ def test_a_retry_after_a_worker_crash_between_create_and_defer_makes_no_second_j
 def test_spot_preempted_past_the_service_restarts_is_resubmitted_and_counted(airflow):
     from airflow.sdk import DAG
 
-    airflow.reset({**FAST, "provisioningSeconds": 40})  # each restart PENDING for 0.4 s: never missed
+    airflow.reset(FAST)
 
     with DAG("spot_recovery", schedule=None, start_date=START) as dag:
         _spot(env={"EMULATOR_RUN_SECONDS": "300"}, max_preemption_retries=2)
 
-    def preempt_first_job_seven_times():
-        done, deadline = 0, time.monotonic() + 60
-        while done < 7 and time.monotonic() < deadline:
-            jobs = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
-                                timeout=5).json().get("customJobs", [])
-            first = jobs[-1] if jobs else None  # newest first: the last is the first job
-            if first and first["state"] == "JOB_STATE_RUNNING":
-                time.sleep(0.2)  # long enough RUNNING for a 0.02 s poll to see it
-                airflow.preempt(first["name"])
-                done += 1
-            time.sleep(0.02)
+    def operator_polls() -> int:  # the operator's shared poller lists; this thread never does after the start
+        return airflow.stats()["requests"].get("customJobs.list", 0)
 
-    preempter = threading.Thread(target=preempt_first_job_seven_times, daemon=True)
+    def until(condition, what: str, deadline: float) -> None:
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    def preempt_first_job_seven_times():
+        # Each state is held until the operator has polled it: RUNNING until a list made after it
+        # was seen, the restart QUEUED (no SPOT GPUs) until the next one. (Real-time windows of
+        # 0.2 s RUNNING and 0.4 s PENDING instead were missed by the poll in a loaded run.)
+        deadline = time.monotonic() + 120
+        url = f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs"
+        jobs: list = []
+        while not jobs:
+            jobs = requests.get(url, timeout=5).json().get("customJobs", [])
+            assert time.monotonic() < deadline, "no job"
+        name = jobs[-1]["name"]
+        state = lambda: airflow.history(name)["history"][-1]["state"]  # noqa: E731
+        for _ in range(7):
+            until(lambda: state() == "JOB_STATE_RUNNING", "the job never ran", deadline)
+            seen = operator_polls()
+            until(lambda: operator_polls() > seen + 1, "the operator stopped polling", deadline)
+            airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+            airflow.preempt(name)
+            seen = operator_polls()
+            until(lambda: operator_polls() > seen + 1, "the operator stopped polling", deadline)
+            airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8)
+
+    errors: list = []
+    preempter = threading.Thread(target=_recording, args=(preempt_first_job_seven_times, errors), daemon=True)
     preempter.start()
     result = run_dag(dag, logical_date=START)
     preempter.join()
+    assert not errors, errors
     training = result["train"].return_value
     assert result.state == "success"
     assert [a["state"] for a in training["attempts"]] == ["JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"]
     assert "STOCKOUT" in training["attempts"][0]["error"]
     assert training["preemptions"] == 7  # six service restarts seen while polling, and the stockout
     assert airflow.stats()["jobsCreated"] == {"SPOT": 2}
+
+
+def _recording(function, errors: list) -> None:
+    """Run ``function`` in a thread, keeping its assertion for the test's own thread."""
+    try:
+        function()
+    except Exception as exc:  # noqa: BLE001 (reported by the test)
+        errors.append(exc)
 
 
 def test_a_template_that_renders_an_invalid_value_fails_before_any_create(airflow):
