@@ -21,7 +21,9 @@ def test_triggerer_scale_reports_both_modes_side_by_side():
     keys = {"api_calls_per_min", "cpu_s_per_min", "peak_rss_mb", "latency_p50_s", "latency_p95_s", "latency_p99_s"}
     assert keys <= set(figures["batched"]) and keys <= set(figures["per_job"])
     assert figures["batched"]["events"] == figures["per_job"]["events"] == 20
-    assert figures["api_calls_ratio"] < 1  # batched makes fewer calls than per-job polling
+    # batched makes fewer calls than per-job polling to see the same 20 jobs end (the totals: at
+    # this size the per-minute rates swing with when each mode's process started)
+    assert figures["batched"]["api_calls"] < figures["per_job"]["api_calls"], figures
 
 
 def test_emulator_throughput_reports_rates():
