@@ -126,8 +126,8 @@ def run_mode(base: str, env: dict, jobs: int, interval: float, polling: str, see
     lists, gets = (after.get(k, 0) - before.get(k, 0) for k in ("customJobs.list", "customJobs.get"))
     minutes = result["wall_s"] / 60
     lat = result["latencies"]
-    return {"api_calls": lists + gets, "api_calls_per_min": round((lists + gets) / minutes, 1), "lists_per_min": round(lists / minutes, 1),
-            "gets_per_min": round(gets / minutes, 1), "cpu_s_per_min": round(result["cpu_s"] / minutes, 3),
+    return {"api_calls": lists + gets, "api_calls_per_min": round((lists + gets) / minutes, 1),
+            "lists_per_min": round(lists / minutes, 1), "gets_per_min": round(gets / minutes, 1), "cpu_s_per_min": round(result["cpu_s"] / minutes, 3),
             "peak_rss_mb": result["peak_rss_mb"], "latency_p50_s": _percentile(lat, 0.5),
             "latency_p95_s": _percentile(lat, 0.95), "latency_p99_s": _percentile(lat, 0.99),
             "events": len(lat), "wall_s": round(result["wall_s"], 1)}

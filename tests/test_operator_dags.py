@@ -127,11 +127,11 @@ def test_spot_preempted_past_the_service_restarts_is_resubmitted_and_counted(air
             until(lambda: state() == "JOB_STATE_RUNNING", "the job never ran", deadline)
             seen = operator_polls()
             until(lambda: operator_polls() > seen + 1, "the operator stopped polling", deadline)
-            airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+            airflow.set_capacity(LOCATION, A100["accelerator_type"], spot=0)
             airflow.preempt(name)
             seen = operator_polls()
             until(lambda: operator_polls() > seen + 1, "the operator stopped polling", deadline)
-            airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=8)
+            airflow.set_capacity(LOCATION, A100["accelerator_type"], spot=8)
 
     errors: list = []
     preempter = threading.Thread(target=_recording, args=(preempt_first_job_seven_times, errors), daemon=True)

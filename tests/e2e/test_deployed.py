@@ -20,6 +20,7 @@ import pytest
 
 from airflow_gpu_sched.emulator import EmulatorServer
 from airflow_gpu_sched.emulator.control import EmulatorControl
+from airflow_gpu_sched.triggers.log_tail import POSITION_KEY
 from tests.e2e.harness import AirflowDeployment, PostgresCluster, _descendants, dags_folder, pg_available
 from tests.e2e.celery_deployment import CeleryDeployment, RedisServer, redis_available
 
@@ -137,7 +138,7 @@ def test_flex_start_training_succeeds(airflow):
 def test_triggerer_killed_while_deferred(airflow):
     """Scenario 2: the triggerer is SIGKILLed while the task is deferred (its job queued) and
     restarted: the task completes on try 1; one job, none cancelled."""
-    _hold_gpus_slowly(airflow)  # the kill lands while the job waits for GPUs, however loaded the machine
+    _hold_gpus(airflow, SLOW)  # the kill lands while the job waits for GPUs, however loaded the machine
     run_id = airflow.trigger(DAG_ID)
     airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=120)
     time.sleep(2)  # let the triggerer pick the trigger up and poll at least once
@@ -149,7 +150,7 @@ def test_triggerer_killed_while_deferred(airflow):
     ti = {t["task_id"]: t for t in airflow.task_instances(DAG_ID, run_id)}["train"]
     assert ti["state"] == "deferred", ti  # nobody watches the job now (on Celery: until the other takes it)
     airflow.start(triggerer)
-    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=8)
+    _release_gpus(airflow)
     state = airflow.wait(DAG_ID, run_id, timeout=240)
     _check_one_succeeded_job(airflow, run_id, state)
     assert airflow.emulator.stats()["cancels"] == 0
@@ -353,22 +354,19 @@ def _task_logs(airflow: AirflowDeployment, dag_id: str, run_id: str) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted(root.rglob("*")) if p.is_file())
 
 
-def _hold_gpus(airflow: AirflowDeployment) -> None:
-    """No FLEX_START GPUs in the region: a job stays QUEUED until :func:`_release_gpus_once_re_attached`.
-    (A fixed queue time instead was a race with the machine's load: on a busy machine try 2 started
-    after the job had ended, and took its result instead of re-attaching.) The DAGs that use it
-    wait up to 24 h emulated (14 min real), so the hold is never a capacity timeout."""
-    airflow.emulator.reset({**FAST, "queueSeconds": 1})
+def _hold_gpus(airflow: AirflowDeployment, settings: dict = FAST) -> None:
+    """No FLEX_START GPUs in the region: a job stays QUEUED until :func:`_release_gpus`. (A fixed
+    queue time instead was a race with the machine's load: on a busy machine try 2 started after
+    the job had ended and took its result instead of re-attaching; the kill scenarios' 15 s real
+    queue ended before the 4th task had deferred, so the kill landed after the wait it
+    interrupts.) The hold must end before the job's own max wait does: the re-attach DAGs wait up
+    to 24 h emulated (14 min real at FAST); e2e_training's 1 h needs ``SLOW`` (6 min real)."""
+    airflow.emulator.reset({**settings, "queueSeconds": 1})
     airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)
 
 
-def _hold_gpus_slowly(airflow: AirflowDeployment) -> None:
-    """No FLEX_START GPUs in the region until the test gives them (``set_capacity``), at ``SLOW``
-    speed (e2e_training's 1 h max wait is 6 min real, longer than any hold). A fixed 15 s real
-    queue instead was a race with the machine's load: in a loaded whole-suite run the jobs got
-    their GPUs before the 4th task had deferred, so the kill landed after the wait it interrupts."""
-    airflow.emulator.reset({**SLOW, "queueSeconds": 1})
-    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)
+def _release_gpus(airflow: AirflowDeployment) -> None:
+    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=8)
 
 
 def _release_gpus_once_re_attached(airflow: AirflowDeployment, dag_id: str, run_id: str, job_name: str,
@@ -381,7 +379,7 @@ def _release_gpus_once_re_attached(airflow: AirflowDeployment, dag_id: str, run_
         assert time.monotonic() < deadline, f"try 2 never re-attached\n{airflow.why(dag_id, run_id)}"
         assert airflow.run_state(dag_id, run_id) not in ("success", "failed"), airflow.why(dag_id, run_id)
         time.sleep(0.5)
-    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=8)
+    _release_gpus(airflow)
 
 
 def _trigger_until_submitted(airflow: AirflowDeployment, dag_id: str) -> tuple[str, int, str]:
@@ -560,13 +558,13 @@ def _tries(airflow: AirflowDeployment, dag_id: str, run_id: str, task_id: str = 
 def test_a_scheduler_killed_while_tasks_defer_the_other_carries_on(airflow):
     """Celery: one of the two schedulers is SIGKILLed while 4 runs' tasks are deferred (their jobs
     queued): the other scheduler resumes them; all 4 succeed, one job per run, no cancel."""
-    _hold_gpus_slowly(airflow)  # the kill lands while every job waits for GPUs, however loaded the machine
+    _hold_gpus(airflow, SLOW)  # the kill lands while every job waits for GPUs, however loaded the machine
     run_ids = [airflow.trigger(DAG_ID) for _ in range(4)]
     for run_id in run_ids:
         airflow.wait_task_state(DAG_ID, run_id, "train", {"deferred"}, timeout=180)
     assert {j["state"] for j in _jobs(airflow.emulator)} == {"JOB_STATE_QUEUED"}
     airflow.kill("scheduler")
-    airflow.emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=8)
+    _release_gpus(airflow)
     try:
         states = [airflow.wait(DAG_ID, run_id, timeout=300) for run_id in run_ids]
         assert states == ["success"] * 4, [airflow.why(DAG_ID, r) for r in run_ids]
@@ -655,8 +653,8 @@ SCALE_GPUS = max(1, SCALE_TASKS // 10)
 # [triggerer] capacity 1000 per triggerer (two hold 2,000); max_active_tasks is the DAG's own.
 SCALE_CONCURRENCY = 8
 # The deployment fails a running task whose supervisor missed 30 s of heartbeats (the kill
-# scenarios' setting; it was 15 s when this was measured). With 16 task processes on 2 cores loaded by other runs (load average 45-50),
-# live supervisors missed it: 12 of the first 45 tasks were failed as "heartbeat timeout" while
+# scenarios' setting; 15 s when this was measured). With 16 task processes on 2 cores loaded by
+# other runs (load average 45-50), live supervisors missed it: 12 of the first 45 tasks were failed as "heartbeat timeout" while
 # they parsed the DAG. The scale run uses Airflow's default, 300 s: it kills no component.
 SCALE_HEARTBEAT_TIMEOUT = 300
 
@@ -903,7 +901,7 @@ def _trigger_log_lines(airflow: AirflowDeployment, dag_id: str, run_id: str) -> 
 
 def _saved_log_position(airflow: AirflowDeployment, dag_id: str, run_id: str) -> dict:
     """The log position the trigger saved in its task's XCom (triggers/log_tail.py), once it has."""
-    path = f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries/gpu_sched_log_position"
+    path = f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries/{POSITION_KEY}"
     deadline = time.monotonic() + 120
     while True:
         try:

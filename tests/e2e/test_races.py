@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 # 10x, not the 100x of test_deployed.py: the FLEX_START member's 1 h max wait is 6 min real, longer
 # than any hold here. At 100x it was 36 s real, which a loaded machine spent between the members'
 # creates and the triggerer's restart: the member timed out instead of being cancelled by the win.
-FAST = {"seed": 1, "speed": 10, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
+SLOW = {"seed": 1, "speed": 10, "queueSeconds": 1, "provisioningSeconds": 10, "runSeconds": 30}
 DAG_ID = "e2e_race"
 REGIONS = ("us-central1", "us-east4")
 
@@ -37,7 +37,7 @@ def airflow(tmp_path_factory):
         with AirflowDeployment(root / "home", pg.url, dags,
                                {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn)}) as deployment:
             deployment.emulator = EmulatorControl(emulator.url)
-            deployment.emulator.reset(FAST)
+            deployment.emulator.reset(SLOW)
             yield deployment
 
 
@@ -55,7 +55,7 @@ def test_a_triggerer_restart_mid_race_keeps_watching_every_member_then_one_wins(
     """A triggerer restart while both members queue cancels nothing; then the member whose region
     gets capacity wins and the other is cancelled: two jobs, one SUCCEEDED, one CANCELLED."""
     emulator = airflow.emulator
-    emulator.reset(FAST)
+    emulator.reset(SLOW)
     emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)
     emulator.set_capacity("us-east4", "NVIDIA_TESLA_A100", spot=0)
     airflow.wait_dag(DAG_ID)
@@ -115,7 +115,7 @@ def test_a_race_task_marked_failed_while_deferred_cancels_every_member(airflow):
     """A deferred race task marked failed from the REST API: the trigger's on_kill cancels both
     queued members (one cancel each), and nothing is submitted again."""
     emulator = airflow.emulator
-    emulator.reset({**FAST, "queueSeconds": 100_000})  # neither member ever gets GPUs
+    emulator.reset({**SLOW, "queueSeconds": 100_000})  # neither member ever gets GPUs
     run_id = airflow.trigger(DAG_ID)
     members = {j["name"] for j in _wait_for_members(airflow, run_id)}
     airflow.api("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
@@ -130,7 +130,7 @@ def test_a_race_task_cleared_while_deferred_cancels_every_member_and_races_anew(
     (try 2) runs a new race: two new members under new submission keys, none re-attached to a
     cancelled one."""
     emulator = airflow.emulator
-    emulator.reset({**FAST, "queueSeconds": 100_000})
+    emulator.reset({**SLOW, "queueSeconds": 100_000})
     run_id = airflow.trigger(DAG_ID)
     first = _wait_for_members(airflow, run_id)
     airflow.api("POST", f"dags/{DAG_ID}/clearTaskInstances",
