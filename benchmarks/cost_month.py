@@ -13,12 +13,13 @@ the emulator is ``benchmarks/plan_race.py``):
   wait (``plan_types.deadline_budget``'s rule: a step is skipped when the time left is less than the
   run, a FLEX_START wait is at most time left - run), the history (``observed.observation`` /
   ``observed.add``, one month, bounded as in the product) and the price lookup (``price_of``).
-- The service is modelled in emulated minutes (no HTTP): per night and region, the minute a
-  FLEX_START or SPOT job would get its GPUs (a stockout: never that night), how often a SPOT run is
-  preempted (each costs half a run, ``budget.PREEMPTION_WASTE``, plus a 10-minute requeue), and the
-  price per GPU-hour per (strategy, region), all drawn from ``--seed`` and drifting over the month
-  (us-central1's DWS queue grows, us-east4 stays steady and dearer, us-west1 is cheap with stockouts;
-  SPOT preemptions rise in us-west1). STANDARD in us-central1 always has capacity after 15 minutes.
+- By default the service is modelled in emulated minutes (:class:`ModelService`, no HTTP): per night
+  and region, the minute a FLEX_START or SPOT job would get its GPUs (a stockout: never that night),
+  how often a SPOT run is preempted (each costs half a run, ``budget.PREEMPTION_WASTE``, plus a
+  10-minute requeue), and the price per GPU-hour per (strategy, region), all drawn from ``--seed``
+  and drifting over the month (us-central1's DWS queue grows, us-east4 stays steady and dearer,
+  us-west1 is cheap with stockouts; SPOT preemptions rise in us-west1). STANDARD in us-central1 always
+  has capacity after 15 minutes.
   Prices are illustrative, not Google's.
 
 The plan: FLEX_START in [us-central1, us-east4, us-west1] (``max_wait_duration=2h``), SPOT in
@@ -35,7 +36,11 @@ the nights that finished before their deadline. A missed night is a failed night
 the plain total flatters a policy that gives up (the fixed plan's misses cost nothing because they
 never ran).
 
-    python benchmarks/cost_month.py [--seed N] [--nights 30] [--json]
+``--service emulator``: the same month with the emulator as the service (:class:`EmulatorService`:
+real creates through the product's client, in emulated time the benchmark advances); it differs
+from the model only where the emulator's preempted job resumes from its progress (docs/cost.md).
+
+    python benchmarks/cost_month.py [--seed N] [--nights 30] [--service model|emulator] [--json]
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from airflow_gpu_sched.orchestration.catalog_prices import price_of  # noqa: E40
 from airflow_gpu_sched.orchestration.cheapest import cheapest_order, history_stats, spot_preemptions  # noqa: E402
 from airflow_gpu_sched.orchestration.learned_wait import learned_wait, reserve_of, share_slack  # noqa: E402
 from airflow_gpu_sched.orchestration.plan_types import MIN_FLEX_START_WAIT  # noqa: E402
+from airflow_gpu_sched.vertex.models import JobState  # noqa: E402
 
 GPU, GPUS = "NVIDIA_H100_80GB", 8
 C1, E4, W1 = "us-central1", "us-east4", "us-west1"
@@ -114,19 +120,199 @@ class Outcome:
     attempts: list = field(default_factory=list)  # (strategy, region, ran, minutes waited, preemptions)
 
 
-def train(out: Outcome, sky: Night, strategy: str, region: str, at: float, first: float, submitted: float) -> None:
-    """The job submitted at minute ``submitted`` got its GPUs at ``at``: run it (preemptions cost half a run each)."""
-    p = sky.preemptions.get(region, 0) if strategy == "SPOT" else 0
-    hours = RUN_MIN / 60 * (1 + PREEMPTION_WASTE * p)
+@dataclass(frozen=True)
+class Trained:
+    """A run that got its GPUs: its GPU time per GPU (preemption waste included), the minute it
+    ended, its preemptions."""
+    hours: float
+    end: float
+    preemptions: int
+
+
+class ModelService:
+    """The service as arithmetic on the night's draws (the default; the whole month in 0.2 s):
+    GPUs come ``arrival`` minutes after a submit; each SPOT preemption costs half a run
+    (``budget.PREEMPTION_WASTE``, the product's planning figure) plus a 10-minute requeue."""
+
+    name = "model"
+
+    def begin(self, sky: Night) -> None:
+        self.sky = sky
+
+    def submit(self, strategy: str, region: str, now: float, wait: float) -> float | None:
+        """Minutes after ``now`` the job submitted then got its GPUs (<= ``wait``), else None."""
+        got = STANDARD_PROVISION_MIN if strategy == "STANDARD" else self.sky.arrival[(strategy, region)]
+        return got if got <= wait else None
+
+    def run(self, strategy: str, region: str, at: float) -> Trained:
+        p = self.sky.preemptions.get(region, 0) if strategy == "SPOT" else 0
+        hours = RUN_MIN / 60 * (1 + PREEMPTION_WASTE * p)
+        return Trained(hours, at + hours * 60 + p * REQUEUE_MIN, p)
+
+    def race(self, members: list[tuple[str, str, float]]) -> tuple[tuple[float, str, str] | None, list, int]:
+        """All members submitted at minute 0, each with its bound: the winner (minute, strategy,
+        region) or None, the losers' wasted runs [(strategy, region, hours)], the cancels."""
+        got = [(self.sky.arrival[(s, r)], s, r) for s, r, w in members if self.sky.arrival[(s, r)] <= w]
+        if got:
+            return min(got), [], len(members) - 1
+        return None, [], sum(s == "SPOT" for s, _, _ in members)  # the SPOT bound; DWS waits expire
+
+    def counts(self) -> tuple[int, int] | None:
+        return None  # the policy's own counts
+
+
+TIERS = {"FLEX_START": "flex_start", "SPOT": "spot", "STANDARD": "standard"}
+PROJECT = "bench-project"
+POLL_MIN = 1.0  # the race's poll, emulated minutes
+# Emulated time stands still unless the benchmark advances it (speed 1e-6: a real second is a
+# microsecond); GPUs only as the night's story sets them; a job runs RUN_MIN unless preempted.
+EMULATED = {"speed": 1e-6, "queueSeconds": 0, "provisioningSeconds": 0, "cancelSeconds": 0,
+            "runSeconds": RUN_MIN * 60, "defaultCapacity": {"standard": 0, "spot": 0, "flexStart": 0}}
+
+
+class EmulatorService:
+    """The service is the emulator (``--service emulator``): each submit is a real create through
+    the product's client (strict on both sides), the night's GPUs are capacity settings that come
+    ``arrival`` minutes after the submit (``atSeconds``), FLEX_START waits expire in the emulator
+    (``maxWaitDuration``), the operator's bounds are cancels, and each SPOT preemption is the
+    emulator's own (``:preempt``, its GPUs back 10 minutes later). Times, GPU time, jobs created
+    and cancelled are read from the emulator's records. One difference from the model, on
+    purpose: a preempted job resumes from its progress (checkpoints), so a preemption costs its
+    requeue, not half a run."""
+
+    name = "emulator"
+
+    def __init__(self, url: str):
+        from airflow_gpu_sched.emulator.control import EmulatorControl
+        from airflow_gpu_sched.vertex.client import VertexClient
+
+        self.control = EmulatorControl(url)
+        self.clients = {r: VertexClient(location=r, project=PROJECT, api_endpoint=url) for r in (C1, E4, W1)}
+
+    def begin(self, sky: Night) -> None:
+        self.sky, self.minute, self.job = sky, 0.0, None
+        self.control.reset(EMULATED)  # no jobs, a fresh clock
+        self.origin = datetime.fromisoformat(self.control.advance(0))
+
+    def _to(self, minute: float) -> None:
+        if minute > self.minute:
+            self.control.advance((minute - self.minute) * 60)
+            self.minute = minute
+
+    def _create(self, strategy: str, region: str, now: float, wait: float) -> str:
+        self._to(now)
+        arrival = STANDARD_PROVISION_MIN if strategy == "STANDARD" else self.sky.arrival[(strategy, region)]
+        if math.isfinite(arrival):
+            self.control.set_capacity(region, GPU, **{TIERS[strategy]: GPUS}, at_seconds=arrival * 60)
+        scheduling: dict = {"strategy": strategy}
+        if strategy == "FLEX_START":
+            scheduling["maxWaitDuration"] = f"{round(wait * 60)}s"
+        pool = {"machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType": GPU, "acceleratorCount": GPUS},
+                "replicaCount": "1", "containerSpec": {"imageUri": "gcr.io/bench/trainer:1"}}
+        job = {"displayName": "nightly", "jobSpec": {"workerPoolSpecs": [pool], "scheduling": scheduling}}
+        return self.clients[region].create_custom_job(job).name
+
+    def _history(self, name: str) -> dict:
+        return self.control.history(name)
+
+    def _minute(self, when: str) -> float:
+        return (datetime.fromisoformat(when) - self.origin).total_seconds() / 60
+
+    def _running_at(self, name: str) -> float | None:
+        """The minute the job first ran (its history; startTime is set at admission, not here)."""
+        return next((self._minute(h["time"]) for h in self._history(name)["history"]
+                     if h["state"] == "JOB_STATE_RUNNING"), None)
+
+    def _cancel(self, name: str) -> None:
+        self.clients[name.split("/")[3]].cancel_custom_job(name)
+
+    def submit(self, strategy: str, region: str, now: float, wait: float) -> float | None:
+        name = self._create(strategy, region, now, wait)
+        if math.isinf(wait):
+            wait = STANDARD_PROVISION_MIN if strategy == "STANDARD" else DEADLINE_MIN
+        self._to(now + wait)
+        at = self._running_at(name)
+        if at is not None:
+            self.job = name
+            return at - now
+        if strategy != "FLEX_START":  # the operator's bound; a FLEX_START wait expired in the emulator
+            self._cancel(name)
+        return None
+
+    def run(self, strategy: str, region: str, at: float) -> Trained:
+        name = self.job
+        preemptions = self.sky.preemptions.get(region, 0) if strategy == "SPOT" else 0
+        for k in range(preemptions):  # evenly through the run, each after the job ran again
+            running = [h for h in self._history(name)["history"] if h["state"] == "JOB_STATE_RUNNING"]
+            self._to(self._minute(running[-1]["time"]) + RUN_MIN / (preemptions + 1))
+            self.control.preempt(name)
+            self.control.set_capacity(region, GPU, spot=0)  # reclaimed: back REQUEUE_MIN later
+            self.control.set_capacity(region, GPU, spot=GPUS, at_seconds=REQUEUE_MIN * 60)
+            self._to(self.minute + REQUEUE_MIN)
+        self._to(self.minute + RUN_MIN + 1)
+        record = self._history(name)
+        states = record["history"]
+        assert states[-1]["state"] == "JOB_STATE_SUCCEEDED", states
+        return Trained(_running_minutes(states, self._minute) / 60, self._minute(states[-1]["time"]),
+                       record["restarts"])
+
+    def race(self, members: list[tuple[str, str, float]]) -> tuple[tuple[float, str, str] | None, list, int]:
+        names = [(self._create(s, r, 0.0, w), s, r, w) for s, r, w in members]
+        horizon, minute = max(w for *_, w in names), 0.0
+        while minute < horizon:
+            minute = min(minute + POLL_MIN, horizon)
+            self._to(minute)
+            running = sorted((at, n, s, r) for n, s, r, _ in names if (at := self._running_at(n)) is not None)
+            if running:  # the first to run wins; every other member is cancelled
+                at, self.job, strategy, region = running[0]
+                for name, *_ in names:
+                    if name != self.job and not JobState(self._state(name)).is_terminal():
+                        self._cancel(name)
+                wasted = [(s, r, _running_minutes(self._history(n)["history"], self._minute) / 60)
+                          for _, n, s, r in running[1:]]
+                return (at, strategy, region), wasted, 0
+            for name, strategy, _, bound in names:
+                if strategy == "SPOT" and minute >= bound and self._state(name) == "JOB_STATE_QUEUED":
+                    self._cancel(name)  # the operator's bound
+        return None, [], 0
+
+    def _state(self, name: str) -> str:
+        return self._history(name)["history"][-1]["state"]
+
+    def counts(self) -> tuple[int, int]:
+        jobs = [j for client in self.clients.values() for j in client.list_custom_jobs()]
+        return len(jobs), sum(j.state.value == "JOB_STATE_CANCELLED" for j in jobs)
+
+
+def _running_minutes(history: list[dict], minute) -> float:
+    """Minutes the job spent RUNNING, from its state history."""
+    total, since = 0.0, None
+    for change in history:
+        at = minute(change["time"])
+        if since is not None:
+            total, since = total + at - since, None
+        if change["state"] == "JOB_STATE_RUNNING":
+            since = at
+    return total
+
+
+def train(out: Outcome, sky: Night, service, strategy: str, region: str, at: float, first: float,
+          submitted: float) -> None:
+    """The job submitted at minute ``submitted`` got its GPUs at ``at``: run it to the end."""
+    run = service.run(strategy, region, at)
+    spend(out, sky, strategy, region, run.hours)
+    out.to_running = at - first
+    out.missed = run.end > DEADLINE_MIN
+    out.attempts.append((strategy, region, True, at - submitted, run.preemptions))
+
+
+def spend(out: Outcome, sky: Night, strategy: str, region: str, hours: float) -> None:
     price = price_of(sky.prices, GPU, strategy, region) or 0.0
     out.cost += price * GPUS * hours
     out.gpu_hours += GPUS * hours
-    out.to_running = at - first
-    out.missed = at + hours * 60 + p * REQUEUE_MIN > DEADLINE_MIN
-    out.attempts.append((strategy, region, True, at - submitted, p))
 
 
-def sequential(sky: Night, orders: list[tuple[str, tuple[str, ...]]], waits: dict[str, float],
+def sequential(sky: Night, service, orders: list[tuple[str, tuple[str, ...]]], waits: dict[str, float],
                preemptions: dict[str, float] | None = None) -> Outcome:
     """The plan's positions in order (regions first), the deadline's rule at each start (a SPOT
     step's run with its observed preemptions, under the cost objective)."""
@@ -146,9 +332,9 @@ def sequential(sky: Night, orders: list[tuple[str, tuple[str, ...]]], waits: dic
                 wait = min(SPOT_BOUND_MIN if strategy == "SPOT" else math.inf, left - needed)
             out.created += 1
             first = now if first is None else first
-            got = STANDARD_PROVISION_MIN if strategy == "STANDARD" else sky.arrival[(strategy, region)]
-            if got <= wait:
-                train(out, sky, strategy, region, now + got, first, now)
+            got = service.submit(strategy, region, now, wait)
+            if got is not None:
+                train(out, sky, service, strategy, region, now + got, first, now)
                 return out
             out.attempts.append((strategy, region, False, wait, 0))
             out.cancelled += strategy == "SPOT"  # the operator's bound cancels it; a DWS wait expires by itself
@@ -157,24 +343,26 @@ def sequential(sky: Night, orders: list[tuple[str, tuple[str, ...]]], waits: dic
     return out
 
 
-def race(sky: Night) -> Outcome:
+def race(sky: Night, service) -> Outcome:
     out = Outcome(created=3)
     members = [("FLEX_START", C1, FLEX_WAIT_MIN), ("FLEX_START", E4, FLEX_WAIT_MIN), ("SPOT", W1, SPOT_BOUND_MIN)]
-    got = [(sky.arrival[(s, r)], s, r) for s, r, w in members if sky.arrival[(s, r)] <= min(w, DEADLINE_MIN - RUN_MIN)]
-    if got:
-        at, strategy, region = min(got)
-        out.cancelled = 2
-        train(out, sky, strategy, region, at, 0.0, 0.0)
+    bounded = [(s, r, min(w, DEADLINE_MIN - RUN_MIN)) for s, r, w in members]
+    winner, wasted, out.cancelled = service.race(bounded)
+    for strategy, region, hours in wasted:  # a loser that ran before its cancel
+        spend(out, sky, strategy, region, hours)
+    if winner is not None:
+        at, strategy, region = winner
+        train(out, sky, service, strategy, region, at, 0.0, 0.0)
         return out
-    out.cancelled = 1  # the SPOT member at its bound; the DWS waits expire
-    now = max(min(w, DEADLINE_MIN - RUN_MIN) for _, _, w in members)
+    now = max(w for _, _, w in bounded)
     out.created += 1
-    train(out, sky, "STANDARD", C1, now + STANDARD_PROVISION_MIN, 0.0, now)
-    out.to_running = now + STANDARD_PROVISION_MIN
+    got = service.submit("STANDARD", C1, now, math.inf)
+    train(out, sky, service, "STANDARD", C1, now + got, 0.0, now)
     return out
 
 
-def month(seed: int, nights: int) -> dict:
+def month(seed: int, nights: int, service=None) -> dict:
+    service = service or ModelService()
     rng = random.Random(seed)
     skies = [night(rng, n, nights) for n in range(nights)]
     results = {}
@@ -200,7 +388,11 @@ def month(seed: int, nights: int) -> dict:
                 shared = share_slack(tried, slack)
                 waits = {r: w / 60 for r, w in zip(orders[0][1], shared)}
                 preemptions = spot_preemptions(PLAN[1][1], GPU, history, when)
-            out = race(sky) if policy == "race" else sequential(sky, orders, waits, preemptions)
+            service.begin(sky)
+            out = race(sky, service) if policy == "race" else sequential(sky, service, orders, waits, preemptions)
+            counted = service.counts()
+            if counted is not None:  # the emulator's own records
+                out.created, out.cancelled = counted
             outs.append(out)
             for strategy, region, ran, minutes, p in out.attempts:  # what the operator records, per attempt
                 entry = observed.observation({"location": region, "accelerator_type": GPU, "strategy": strategy,
@@ -231,14 +423,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--nights", type=int, default=30)
+    parser.add_argument("--service", choices=("model", "emulator"), default="model",
+                        help="the service: the seeded model (default) or the emulator over HTTP, in emulated time")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
     args = parser.parse_args()
     started = time.monotonic()
-    results = month(args.seed, args.nights)
+    if args.service == "emulator":
+        from airflow_gpu_sched.emulator import EmulatorServer
+
+        with EmulatorServer() as server:
+            results = month(args.seed, args.nights, EmulatorService(server.url))
+    else:
+        results = month(args.seed, args.nights)
     keys = ("cost_per_night_in_time", "cost_per_night_in_time_ratio", "deadline_misses", "cost", "cost_ratio",
             "gpu_hours", "gpu_hours_ratio", "mean_to_running_min",
             "to_running_ratio", "jobs_created", "jobs_cancelled")
-    print(f"{args.nights} nights, seed {args.seed} ({time.monotonic() - started:.1f}s)")
+    print(f"{args.nights} nights, seed {args.seed}, service: {args.service} ({time.monotonic() - started:.1f}s)")
     print(f"{'':22}" + "".join(f"{p:>12}" for p in POLICIES))
     for key in keys:
         print(f"{key:22}" + "".join(f"{str(results[p][key]):>12}" for p in POLICIES))

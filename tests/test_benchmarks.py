@@ -78,3 +78,21 @@ def test_cost_month_reports_every_policy_and_the_cost_objective_misses_no_more_d
     for seed in ("1", "2", "3"):  # not only the README's seed
         other = _run("cost_month.py", "--seed", seed)
         assert other["cost"]["deadline_misses"] <= other["fixed"]["deadline_misses"]
+
+
+def test_cost_month_through_the_emulator_makes_the_models_decisions_and_differs_only_by_preemption_waste():
+    """The same month with the emulator as the service (real creates, capacity settings, expiries,
+    cancels and preemptions in emulated time): every policy creates and cancels the jobs the model
+    says (the emulator agrees on arrivals, FLEX_START expiry and the operator's bounds), and costs
+    no more than the model, which charges half a run per SPOT preemption where the emulator's job
+    resumes from its progress."""
+    model = _run("cost_month.py", "--nights", "12")
+    emulated = _run("cost_month.py", "--nights", "12", "--service", "emulator")
+    assert set(emulated) == set(model) == {"fixed", "observed", "cost", "race"}
+    for policy, figures in emulated.items():
+        assert (figures["jobs_created"], figures["jobs_cancelled"]) == \
+            (model[policy]["jobs_created"], model[policy]["jobs_cancelled"]), policy
+        assert figures["mean_to_running_min"] == model[policy]["mean_to_running_min"], policy
+        assert figures["cost"] <= model[policy]["cost"] and figures["deadline_misses"] <= model[policy]["deadline_misses"]
+    assert emulated["race"]["jobs_cancelled"] > 0  # the race's losers were cancelled in the emulator
+    assert emulated["cost"]["deadline_misses"] <= emulated["fixed"]["deadline_misses"]
