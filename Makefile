@@ -32,8 +32,10 @@ docs: $(DOCS_STAMP)
 	$(BIN)/python docs/build_site.py
 
 # docs/reliability.md: runs the deployed scenarios (both executors, the `reliability`-marked ones
-# that make test leaves out included), security checks and bad-input catalogue
+# that make test leaves out included), security checks and bad-input catalogue; installs the Debian
+# packages they need first, as .ci/run does
 reliability: $(STAMP)
+	bash .ci/system-packages
 	$(BIN)/python tests/reliability_report.py
 
 emulator: $(STAMP)
