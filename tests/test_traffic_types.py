@@ -110,3 +110,30 @@ def _assert_no_violations(traffic: list[dict]) -> None:
     violations = traffic_violations(traffic)
     assert violations == [], f"{len(violations)} exchanges differ from Google's types:\n" + \
         format_violations(violations)
+
+
+def test_the_recorder_calls_back_while_the_clients_connection_is_still_open(emulator_server, emulator):
+    """``start(on_exchange=f)``: f sees each exchange as it is recorded, and the client's TCP port
+    in it is still held by the client (here this process), so a test can tell which process sent
+    a call even on a connection opened and closed at once."""
+    import os
+
+    import psutil
+
+    seen: list[tuple[str, bool]] = []
+
+    def held_by_this_process(exchange: dict) -> None:
+        port = int(exchange["client"].rsplit(":", 1)[1])
+        mine = {c.laddr.port for c in psutil.Process(os.getpid()).net_connections(kind="tcp")
+                if c.raddr and c.raddr.port == emulator_server.port}
+        seen.append((exchange["rpc"], port in mine))
+
+    emulator_server.traffic.start(bodies=False, on_exchange=held_by_this_process)
+    try:
+        with requests.Session() as session:  # a fresh connection, closed right after
+            session.get(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5)
+    finally:
+        emulator_server.traffic.stop()
+    assert seen == [("customJobs.list", True)]
+    emulator.reset({"seed": 7, "speed": 1})
+    assert emulator_server.traffic.on_exchange is None  # a reset forgets the callback
