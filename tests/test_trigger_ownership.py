@@ -3,6 +3,8 @@
 emulator, and Airflow's triggerer channel (the supervisor's answers to GetTaskStates, GetXCom
 and SetXCom) is played by a small in-memory supervisor holding the task's state and XComs.
 The deployed case is tests/e2e/test_deployed.py::test_a_triggerer_paused_past_its_health_check_...
+A copy cancelled by the resume of an event its trigger already fired (the 1,000-task reliability
+run of 2026-12-03: a lagging triggerer fired, another had started a copy) is the second shape.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from airflow.sdk.execution_time import task_runner
 from airflow.sdk.execution_time.comms import GetTaskStates, GetXCom, SetXCom, TaskStatesResult, XComResult
 
 from airflow_gpu_sched.triggers import CustomJobTrigger
-from airflow_gpu_sched.triggers.ownership import WATCH_KEY, claim, decide, handed_over
-from tests.test_triggers import _create, _job
+from airflow_gpu_sched.triggers import settle
+from airflow_gpu_sched.triggers.ownership import FIRED_KEY, WATCH_KEY, claim, decide, handed_over
+from tests.test_triggers import _create, _first, _job
 
 
 class Supervisor:
@@ -64,6 +67,14 @@ def test_the_decision():
     assert not decide("a", "deferred", "b")  # cleared, and a later try deferred again
     assert not decide("a", "deferred", None)  # cleared: the new try's start dropped the XCom
     assert not decide("a", None, "a")
+    # this trigger (id 7) fired, and its try goes on: a late copy's on_kill is not a kill
+    for state in ("scheduled", "queued", "running", "deferred", "up_for_retry"):
+        assert decide("a", state, None, 7, "7") and decide("a", state, None, 7, '"7"')
+    for state in ("failed", "success", None, "restarting"):  # marked, or cleared: a kill
+        assert not decide("a", state, None, 7, "7")
+    assert not decide("a", "scheduled", None, 7, "6")  # another deferral's trigger fired
+    assert not decide("a", "scheduled", None, 7, None)
+    assert not decide("a", "scheduled", None, None, None)
 
 
 async def test_a_trigger_handed_over_leaves_the_job_running(fast_emulator, supervisor):
@@ -129,3 +140,67 @@ async def test_a_race_handed_over_leaves_its_members_and_a_user_kill_cancels_eve
     supervisor.state = state
     await trigger.on_kill()
     assert fast_emulator.stats()["cancels"] == cancels
+
+
+@pytest.fixture
+def no_settle(monkeypatch):
+    monkeypatch.setattr(settle, "SETTLE_SECONDS", 0.0)  # the triggers run "in a triggerer" (trigger_id set)
+
+
+@pytest.mark.parametrize("state, winner_cancelled", [
+    ("scheduled", False), ("queued", False), ("running", False), ("deferred", False), ("up_for_retry", False),
+    ("failed", True), ("success", True), (None, True)])
+async def test_a_late_copy_of_a_race_that_fired_leaves_the_winner_the_task_resumes_with(
+        fast_emulator, supervisor, no_settle, state, winner_cancelled):
+    """The race fires while its winner RUNS; a copy of the same trigger (same id, same try) that
+    another triggerer started before the event was delivered is cancelled by the resume with the
+    user-action message. The try goes on (SCHEDULED ... DEFERRED again on the winner): its on_kill
+    must not cancel the winner. Marked failed/success or cleared, it still cancels every member.
+    On main before the fix (f4bd33a), every state here but "deferred" cancelled the winner."""
+    from airflow_gpu_sched.triggers import RaceTrigger
+
+    names = [_create(fast_emulator, _job(run_seconds=10_000)), _create(fast_emulator, _job(run_seconds=10_000))]
+    ti_id = str(uuid.uuid4())
+    first = _in_triggerer(RaceTrigger(names, poll_interval=0.05), ti_id)
+    late = _in_triggerer(RaceTrigger(names, poll_interval=0.05), ti_id)
+    await claim(late)  # the copy on the second triggerer started before the event was delivered
+    event = await _first(first)  # the first triggerer's copy decides the race and fires
+    assert event["status"] == "race_won"
+    winner = names[event["winner"]]
+    assert supervisor.xcoms[("r", "train", -1, FIRED_KEY)] == "7"
+    cancels_by_the_race = fast_emulator.stats()["cancels"]
+    supervisor.state = state  # the event resumed the task (or a user acted)
+    await late.on_kill()
+    winner_state = requests.get(f"{fast_emulator.url}/v1/{winner}", timeout=5).json()["state"]
+    assert (winner_state in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")) is winner_cancelled, winner_state
+    assert fast_emulator.stats()["cancels"] == cancels_by_the_race + (1 if winner_cancelled else 0)
+
+
+async def test_a_late_copy_of_a_job_trigger_that_fired_cancels_nothing(fast_emulator, supervisor, no_settle):
+    """The job trigger has the same second shape (an ended job: a cancel would be refused; a
+    trigger that fired with the job still running, an unreachable-API error, would lose it)."""
+    name = _create(fast_emulator, _job(run_seconds=0))
+    first = _in_triggerer(CustomJobTrigger(name, poll_interval=0.05))
+    late = _in_triggerer(CustomJobTrigger(name, poll_interval=0.05), first.task_instance.id)
+    await claim(late)
+    assert (await _first(first))["status"] == "succeeded"
+    supervisor.state = "scheduled"
+    assert await handed_over(late) is True
+    supervisor.state = "failed"
+    assert await handed_over(late) is False
+
+
+async def test_a_new_deferral_of_the_same_try_is_not_covered_by_the_last_ones_event(fast_emulator, supervisor,
+                                                                                    no_settle):
+    """The fired XCom names the trigger (new per deferral): the next trigger of the same try,
+    killed by a user while its try is running again, still cancels."""
+    name = _create(fast_emulator, _job(run_seconds=0))
+    first = _in_triggerer(CustomJobTrigger(name, poll_interval=0.05))
+    await _first(first)
+    running = _create(fast_emulator, _job(run_seconds=10_000))
+    second = _in_triggerer(CustomJobTrigger(running, poll_interval=0.05), first.task_instance.id)
+    second.trigger_id = 8
+    await claim(second)
+    supervisor.state = "running"  # not deferred: a user's clear of a running try goes this way too
+    await second.on_kill()
+    assert fast_emulator.stats()["cancels"] == 1

@@ -102,7 +102,7 @@ class CustomJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_sched.triggers.settle import settle, started_at
 
-        from airflow_gpu_sched.triggers.ownership import claim
+        from airflow_gpu_sched.triggers.ownership import claim, fired
 
         started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
         await claim(self)  # on_kill tells a hand-over to another triggerer from a user's kill by it
@@ -126,6 +126,7 @@ class CustomJobTrigger(BaseTrigger):
                 for state, when in self._logged_states.items():  # exact times from Vertex's log entries
                     state_times.refine(event["observed"], state, when)
         await settle(started)  # apache/airflow#66374: not before the scheduler saw the deferring try exit
+        await fired(self)  # a late copy of this trigger elsewhere must not take the resume for a kill
         yield TriggerEvent(event)
 
     def note_logged_state(self, state: str, timestamp: str) -> None:
@@ -269,12 +270,14 @@ class CustomJobTrigger(BaseTrigger):
         """A user marked the task failed/success or cleared it: cancel the job (never on a
         triggerer restart; that is ``cleanup``, which we leave alone). Airflow 3.3 calls on_kill
         on a hand-over to another triggerer too (apache/airflow#73454): then the job is left to
-        the copy that now watches it."""
+        the copy that now watches it; and on a copy cancelled by the resume of this trigger's own
+        event, fired by another copy (triggers/ownership.py): left to the resumed task."""
         from airflow_gpu_sched.triggers.ownership import handed_over
 
         if await handed_over(self):
-            self.log.warning("this trigger was handed to another triggerer (apache/airflow#73454), not killed "
-                             "by a user: leaving %s to the copy that watches it now", self.job_name)
+            self.log.warning("this trigger was handed to another triggerer, or a copy of it fired already "
+                             "(apache/airflow#73454), not killed by a user: leaving %s to the copy that watches "
+                             "it now, or to the task its event resumed", self.job_name)
             return
         self.log.info("task killed by a user: cancelling %s", self.job_name)
         await cancel_on_kill(self.log, self.job_name, self.gcp_conn_id, self.impersonation_chain)

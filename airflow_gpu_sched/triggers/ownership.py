@@ -16,6 +16,19 @@ XCom when it starts (:func:`claim`), and a new try's start clears the task's XCo
 this try's id; then ``on_kill`` leaves the job to the copy that now runs it. Anything it cannot
 read (no triggerer, an error) counts as a user's action: the job is cancelled, as before.
 
+The same hand-over has a second shape (seen in the 1,000-task reliability run, 2026-12-03): the
+first triggerer *fired* the trigger's event while lagging, the second had already started a
+copy, and the event's resume (task instance SCHEDULED, the trigger row deleted) made Airflow
+cancel that copy with the user-action message. The task instance is no longer DEFERRED, so the
+rule above took it for a user's kill: harmless for a job that had ended, but a race's event
+fires while its winner RUNS, and that copy's ``on_kill`` would cancel the winner the resumed
+task goes on with. So every trigger records, just before it yields its event, that this trigger
+(its database id, new per deferral) fired (:func:`fired`, XCom :data:`FIRED_KEY`); an ``on_kill``
+of a trigger that already fired, while its try still lives (scheduled, queued, running, deferred
+again, up for retry), is not a kill: nothing is cancelled. A try marked failed or success, or
+cleared, still cancels. The XCom is written before the event, so an event Airflow delivered
+always has it (or a warning in the log, and the old rule).
+
 May import: nothing of this package; airflow only inside functions.
 """
 
@@ -25,6 +38,10 @@ import logging
 from typing import Any
 
 WATCH_KEY = "airflow_gpu_sched.watching_try"  # the XCom: the task instance id of the try a trigger watches for
+FIRED_KEY = "airflow_gpu_sched.fired_trigger"  # the XCom: the id of the trigger that fired its event last
+# The states of a try that goes on after its trigger's event (resumed, re-deferred, or failed for
+# a retry that re-attaches): a copy of the fired trigger cancelled in them was not killed by a user.
+LIVE_AFTER_EVENT = frozenset({"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule"})
 log = logging.getLogger(__name__)
 
 
@@ -54,10 +71,14 @@ def _state_key(ti: Any) -> str:
     return ti.task_id if index is None else f"{ti.task_id}_{index}"  # how Airflow keys mapped tasks' states
 
 
-def decide(ti_id: str, state: str | None, watching: Any) -> bool:
-    """The decision, no I/O: handed over (leave the job alone) only when the task instance is
-    still DEFERRED and the watch XCom names this very try."""
-    return state == "deferred" and _as_text(watching) == ti_id
+def decide(ti_id: str, state: str | None, watching: Any, trigger_id: Any = None, fired_trigger: Any = None) -> bool:
+    """The decision, no I/O: not a user's kill (leave the job alone) when the task instance is
+    still DEFERRED and the watch XCom names this very try (a hand-over), or when this very trigger
+    already fired and its try still lives (a copy cancelled by the event's resume)."""
+    if state == "deferred" and _as_text(watching) == ti_id:
+        return True
+    return (trigger_id is not None and _as_text(fired_trigger) == str(trigger_id)
+            and state in LIVE_AFTER_EVENT)
 
 
 def _as_text(value: Any) -> str | None:
@@ -73,22 +94,38 @@ def _as_text(value: Any) -> str | None:
 
 
 async def claim(trigger: Any) -> None:
-    """Record that a copy of this trigger watches the job for this try (best effort)."""
+    """Record that a copy of this trigger watches the job for this try (best effort: without it
+    on_kill cancels, the safe side for a user's action)."""
+    ti = _ti_of(trigger)
+    await _record(trigger, WATCH_KEY, str(getattr(ti, "id", "")),
+                  "the watching try: a hand-over to another triggerer may cancel the job")
+
+
+async def fired(trigger: Any) -> None:
+    """Record, just before the trigger yields its event, that this trigger fired (best effort:
+    without it a late copy's on_kill cancels, the rule before this record)."""
+    await _record(trigger, FIRED_KEY, str(getattr(trigger, "trigger_id", "")),
+                  "that this trigger fired: a copy of it on another triggerer may cancel the job when the task "
+                  "resumes")
+
+
+async def _record(trigger: Any, key: str, value: str, what: str) -> None:
+    """One XCom of the trigger's task instance, through the triggerer's channel; a failure is logged."""
     ti, comms = _ti_of(trigger), supervisor_comms()
     if ti is None or comms is None:
         return
     from airflow.sdk.execution_time.xcom import XCom  # the configured backend, as a task's own XComs
 
     try:
-        await XCom.aset(WATCH_KEY, str(ti.id), dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+        await XCom.aset(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
                         map_index=getattr(ti, "map_index", -1))
-    except Exception as exc:  # without it on_kill cancels (the safe side for a user's action)
-        log.warning("could not record the watching try (%s): a hand-over to another triggerer may cancel the job",
-                    exc)
+    except Exception as exc:
+        log.warning("could not record %s (%s)", what, exc)
 
 
 async def handed_over(trigger: Any) -> bool:
-    """True when ``on_kill`` comes from Airflow handing the trigger to another triggerer, not a user."""
+    """True when ``on_kill`` comes from Airflow handing the trigger to another triggerer (or from
+    the resume of an event this trigger already fired), not from a user."""
     ti, comms = _ti_of(trigger), supervisor_comms()
     if ti is None or comms is None:
         return False
@@ -99,11 +136,13 @@ async def handed_over(trigger: Any) -> bool:
         states = await comms.asend(GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id],
                                                  map_index=_map_index(ti)))
         state = (getattr(states, "task_states", None) or {}).get(ti.run_id, {}).get(_state_key(ti))
-        if state != "deferred":
-            return False
-        watching = await XCom.aget_one(key=WATCH_KEY, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
-                                       map_index=getattr(ti, "map_index", -1))
+        if state not in LIVE_AFTER_EVENT:
+            return False  # marked failed/success, or cleared: a user's kill
+        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                 "map_index": getattr(ti, "map_index", -1)}
+        watching = await XCom.aget_one(key=WATCH_KEY, **where) if state == "deferred" else None
+        fired_trigger = await XCom.aget_one(key=FIRED_KEY, **where)
     except Exception as exc:  # cannot tell: a user's action is the likelier, cancel as before
         log.warning("could not tell a user's kill from a hand-over (%s): cancelling", exc)
         return False
-    return decide(str(ti.id), state, watching)
+    return decide(str(ti.id), state, watching, trigger.trigger_id, fired_trigger)

@@ -80,7 +80,7 @@ class RaceTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_sched.triggers.settle import settle, started_at
 
-        from airflow_gpu_sched.triggers.ownership import claim
+        from airflow_gpu_sched.triggers.ownership import claim, fired
 
         started = started_at(self)  # in a triggerer: the event waits for the deferral to settle
         await claim(self)  # on_kill tells a hand-over to another triggerer from a user's kill by it
@@ -99,6 +99,7 @@ class RaceTrigger(BaseTrigger):
                 await stream.aclose()  # leave the shared pollers now
         # apache/airflow#66374: a race re-attached to members already ended decides at once
         await settle(started)
+        await fired(self)  # a late copy's on_kill must not cancel the winner the resumed task goes on with
         yield TriggerEvent(event)
 
     @staticmethod
@@ -242,13 +243,15 @@ class RaceTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """A user marked the task failed/success or cleared it: cancel every member, at once (each
         cancel retried within the one on_kill budget). A hand-over to another triggerer
-        (apache/airflow#73454) cancels nothing: the copy that now watches the race goes on."""
+        (apache/airflow#73454) cancels nothing: the copy that now watches the race goes on; nor
+        does a copy cancelled by the resume of the race's own event (its winner RUNS)."""
         from airflow_gpu_sched.triggers.job import cancel_on_kill
         from airflow_gpu_sched.triggers.ownership import handed_over
 
         if await handed_over(self):
-            self.log.warning("this trigger was handed to another triggerer (apache/airflow#73454), not killed "
-                             "by a user: leaving the race's members to the copy that watches them now")
+            self.log.warning("this trigger was handed to another triggerer, or a copy of it fired already "
+                             "(apache/airflow#73454), not killed by a user: leaving the race's members to the "
+                             "copy that watches them now, or to the task its event resumed")
             return
         self.log.info("task killed by a user: cancelling every race member: %s", ", ".join(self.job_names))
         await asyncio.gather(*(cancel_on_kill(self.log, name, self.gcp_conn_id, self.impersonation_chain)
