@@ -18,12 +18,17 @@ def _run(script: str, *args: str) -> dict:
 
 def test_triggerer_scale_reports_both_modes_side_by_side():
     figures = _run("triggerer_scale.py", "--jobs", "20", "--interval", "0.5")
-    keys = {"api_calls_per_min", "cpu_s_per_min", "peak_rss_mb", "latency_p50_s", "latency_p95_s", "latency_p99_s"}
+    keys = {"api_calls_per_min", "cpu_s_per_min", "peak_rss_mb", "latency_p50_s", "latency_p95_s", "latency_p99_s",
+            "loop_stall_max_s", "loop_stall_p99_s", "loop_stalls_over_airflow_warning"}
     assert keys <= set(figures["batched"]) and keys <= set(figures["per_job"])
     assert figures["batched"]["events"] == figures["per_job"]["events"] == 20
     # batched makes fewer calls than per-job polling to see the same 20 jobs end (the totals: at
     # this size the per-minute rates swing with when each mode's process started)
     assert figures["batched"]["api_calls"] < figures["per_job"]["api_calls"], figures
+    # the probe ticked while the triggers waited (a stall is never negative; the ratio is a number)
+    assert 0 <= figures["batched"]["loop_stall_p99_s"] <= figures["batched"]["loop_stall_max_s"], figures
+    assert figures["loop_stall_max_ratio"] >= 0
+    assert figures["page_parse"]["jobs"] == 20 and 0 < figures["page_parse"]["best_ms"] <= figures["page_parse"]["worst_ms"]
 
 
 def test_emulator_throughput_reports_rates():
