@@ -18,16 +18,18 @@ bootstrap: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/airflow-gpu-sched demo
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not reliability" $(PYTEST_ARGS)
-
-# the site in site/: README, CHANGELOG, docs/ and an API reference from the docstrings (mkdocs,
-# warnings as errors: a broken link or an unreadable docstring fails it)
+# the docs extra too: tests/test_docs_site.py builds the site, and a test make test cannot run is
+# a test left out
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,docs]"
 	touch $(DOCS_STAMP)
 
+test: $(DOCS_STAMP)
+	$(BIN)/python -m pytest -q -m "not reliability" $(PYTEST_ARGS)
+
+# the site in site/: README, CHANGELOG, docs/ and an API reference from the docstrings (mkdocs,
+# warnings as errors: a broken link or an unreadable docstring fails it)
 docs: $(DOCS_STAMP)
 	$(BIN)/python docs/build_site.py
 

@@ -1,6 +1,6 @@
 """`make docs` builds: README, CHANGELOG and docs/ as a site with the API reference, under
-mkdocs --strict (a broken link or an unreadable docstring fails). Skipped where the docs extra
-is not installed (make test installs only the test extra; CI runs make docs)."""
+mkdocs --strict (a broken link or an unreadable docstring fails). make test installs the docs
+extra for it; skipped only where pytest runs without that extra."""
 
 from __future__ import annotations
 
