@@ -28,7 +28,11 @@ def test_triggerer_scale_reports_both_modes_side_by_side():
     # the probe ticked while the triggers waited (a stall is never negative; the ratio is a number)
     assert 0 <= figures["batched"]["loop_stall_p99_s"] <= figures["batched"]["loop_stall_max_s"], figures
     assert figures["loop_stall_max_ratio"] >= 0
-    assert figures["page_parse"]["jobs"] == 20 and 0 < figures["page_parse"]["best_ms"] <= figures["page_parse"]["worst_ms"]
+    parse = figures["page_parse"]
+    assert parse["jobs"] == 20 and 0 < parse["best_ms"] <= parse["median_ms"], parse
+    assert len(figures["batched"]["loop_stalls_over_airflow_warning_at_s"]) == \
+        figures["batched"]["loop_stalls_over_airflow_warning"]
+    assert all(length >= 0 for _, length in figures["batched"]["gc_full_collections_at_s"])
 
 
 def test_emulator_throughput_reports_rates():
