@@ -47,6 +47,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,8 +95,9 @@ def worker(names: list[str], interval: float, polling: str) -> dict:
                 return
 
         waiting = asyncio.gather(*(one(n) for n in names))
-        with _full_collections() as collections:
-            stalls = await _loop_stalls(waiting)
+        began = time.monotonic()  # the one origin of the stalls' and the collections' times
+        with _full_collections(began) as collections:
+            stalls = await _loop_stalls(waiting, began)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         latencies = [at - datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp()
                      for at, end in arrivals.values() if end]
@@ -113,10 +115,10 @@ AIRFLOW_WARNS_PAST_S = 0.2 - 0.1
 
 
 @contextlib.contextmanager
-def _full_collections():
-    """[s after the triggers started, length in s] of each full (generation 2) garbage collection
-    meanwhile: the process's whole heap is walked then, and the loop waits."""
-    began, started, found = time.monotonic(), [0.0], []
+def _full_collections(began: float):
+    """[s after ``began``, length in s] of each full (generation 2) garbage collection meanwhile:
+    the process's whole heap is walked then, and the loop waits."""
+    started, found = [0.0], []
 
     def record(phase: str, info: dict) -> None:
         if info["generation"] != 2:
@@ -133,12 +135,11 @@ def _full_collections():
         gc.callbacks.remove(record)
 
 
-async def _loop_stalls(waiting: asyncio.Future) -> list[tuple[float, float]]:
-    """(seconds since the triggers started, how late a tick woke) for each tick of a probe sleeping
-    PROBE_S, until ``waiting`` ends: the time the triggers' code held the event loop at a stretch,
-    which Airflow reports as the loop blocked."""
+async def _loop_stalls(waiting: asyncio.Future, began: float) -> list[tuple[float, float]]:
+    """(seconds since ``began``, how late a tick woke) for each tick of a probe sleeping PROBE_S,
+    until ``waiting`` ends: the time the triggers' code held the event loop at a stretch, which
+    Airflow reports as the loop blocked."""
     stalls = []
-    began = time.monotonic()
     while not waiting.done():
         start = time.monotonic()
         await asyncio.sleep(PROBE_S)
@@ -159,8 +160,9 @@ def _rss_mb() -> float:
 
 
 def page_parse_ms(jobs: int = 500, repeats: int = 20) -> dict:
-    """The in-loop work of one list page: parse a page of ``jobs`` masked jobs (the poller's page
-    size, the fields of its readMask) as the client does, best and worst of ``repeats``."""
+    """The in-loop work of one list page: parse a page of ``jobs`` masked jobs (at most the
+    poller's page size; the fields of its readMask) as the client does, ``repeats`` times: the
+    first, then the best and median of the rest."""
     from airflow_gpu_sched.orchestration.job_types import WATCH_FIELDS
     from airflow_gpu_sched.triggers.poller import PAGE_SIZE
     from airflow_gpu_sched.vertex.models import ListCustomJobsResponse
@@ -171,15 +173,17 @@ def page_parse_ms(jobs: int = 500, repeats: int = 20) -> dict:
            "labels": {"managed-by": "airflow-gpu-sched", "dag-id": "nightly", "task-id": "train",
                       "run-id": "scheduled__2026-12-04", "try": "1"}}
     assert set(job) <= set(WATCH_FIELDS)
-    body = json.dumps({"customJobs": [job] * min(jobs, PAGE_SIZE), "nextPageToken": "next"})
+    size = min(jobs, PAGE_SIZE)
+    body = json.dumps({"customJobs": [job] * size, "nextPageToken": "next"})
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         ListCustomJobsResponse.model_validate(json.loads(body))
         times.append((time.perf_counter() - start) * 1000)
     # the first parse also builds the models' validators (defer_build: once per process)
-    return {"jobs": min(jobs, PAGE_SIZE), "first_ms": round(times[0], 2), "best_ms": round(min(times[1:]), 2),
-            "median_ms": round(sorted(times[1:])[len(times[1:]) // 2], 2)}
+    first, rest = times[0], times[1:]
+    return {"jobs": size, "first_ms": round(first, 2), "best_ms": round(min(rest), 2),
+            "median_ms": round(statistics.median(rest), 2)}
 
 
 def run_mode(base: str, env: dict, jobs: int, interval: float, polling: str, seed: int) -> dict:
