@@ -399,3 +399,44 @@ def test_a_deeply_nested_log_filter_gets_a_400_not_a_500(emulator) -> None:
     assert response.status_code == 400, response.text[:300]
     error = response.json()["error"]
     assert error["status"] == "INVALID_ARGUMENT" and "nested deeper than" in error["message"]
+
+
+# --- wildcards: linear in pattern and value (issue 37: a regex of ".*" froze the emulator)
+
+ADVERSARIAL = "display_name=\"" + "*a" * 14 + "*b\""  # the 45-character probe of issue 37
+
+
+@pytest.mark.timeout(10)  # a hang guard, not a speed threshold: a backtracking regex runs for hours here
+def test_an_adversarial_wildcard_against_a_long_name_answers() -> None:
+    pred = parse_filter(ADVERSARIAL)
+    assert pred({"display_name": "a" * 5000}) is False
+    assert pred({"display_name": "a" * 5000 + "b"}) is True
+
+
+@pytest.mark.parametrize("pattern, value, expected", [
+    ("a*", "a", True), ("*a", "a", True), ("a*a", "a", False), ("a*a", "aa", True), ("*", "", True),
+    ("**", "x", True), ("a**b", "ab", True), ("*ab*ab*", "abab", True), ("*ab*ab*", "aba", False),
+    ("x*y*z", "xyyz", True), ("x*y*z", "xzy", False), ("*aab", "aaab", True), ("a*b*a", "aba", True),
+])
+def test_wildcards_match_as_before(pattern: str, value: str, expected: bool) -> None:
+    import re
+
+    regex = re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$", re.DOTALL)
+    assert (regex.match(value) is not None) is expected  # the old semantics, on inputs where it is quick
+    assert parse_filter(f'display_name="{pattern}"')({"display_name": value}) is expected
+
+
+@pytest.mark.timeout(60)
+def test_the_wildcard_probe_answers_at_the_wire_and_the_control_api_still_answers(emulator) -> None:
+    import requests
+
+    from tests.conftest import LOCATION, PROJECT
+
+    url = f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs"
+    body = {"displayName": "a" * 120, "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1", "containerSpec": {"imageUri": "x"}}]}}
+    assert requests.post(url, json=body, timeout=10).status_code == 200
+    for text in (ADVERSARIAL, 'labels.x="' + "*a" * 14 + '*b"', 'display_name:"' + "*a" * 14 + '*b"'):
+        response = requests.get(url, params={"filter": text}, timeout=30)
+        assert response.status_code == 200 and response.json().get("customJobs", []) == [], response.text[:300]
+    assert requests.get(f"{emulator.url}/emulator/v1/stats", timeout=10).status_code == 200

@@ -170,10 +170,28 @@ class _Compare(Predicate):
         return f"{self.field}{self.op}{self.value!r}"
 
 
+def wildcard_match(parts: tuple[str, ...], actual: str) -> bool:
+    """``actual`` against a pattern split at its ``*`` (``parts``, at least two): the first part a
+    prefix, the last a suffix, the middle ones found in order, each at its leftmost place. With
+    only ``*`` as a metacharacter the leftmost place is always a right choice, so this never
+    backtracks: time linear in pattern and value (a regex of ``.*`` backtracks exponentially on
+    ``*a*a*...*b`` against ``aaa...``, issue 37)."""
+    first, *middle, last = parts
+    if len(actual) < len(first) + len(last) or not actual.startswith(first) or not actual.endswith(last):
+        return False
+    at, end = len(first), len(actual) - len(last)
+    for part in middle:
+        found = actual.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
+
+
 def _wildcard(pattern: str) -> Callable[[str], bool]:
     """``*`` matches any run of characters; nothing else is special (unlike fnmatch's ``?``, ``[``)."""
-    regex = re.compile("^" + ".*".join(re.escape(part) for part in pattern.split("*")) + "$", re.DOTALL)
-    return lambda actual: regex.match(actual) is not None
+    parts = tuple(pattern.split("*"))
+    return lambda actual: wildcard_match(parts, actual)
 
 
 def _equals(pattern: str) -> Callable[[str], bool]:
