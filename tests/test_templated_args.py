@@ -172,3 +172,33 @@ def test_a_preset_operators_own_durations_are_templated_into_its_step(airflow_db
     assert result.state == "success", result["train"].state
     job = requests.get(f"{fast_emulator.url}/v1/{result['train'].return_value['job_name']}", timeout=5).json()
     assert job["jobSpec"]["scheduling"] == {"strategy": "FLEX_START", "maxWaitDuration": "10800s"}
+
+
+# --- durations past google.protobuf.Duration's +-315,576,000,000 s (issue 37: a bare OverflowError)
+
+HUGE = ["99999999999999s", "-99999999999999s", "315576000001s", "inf", "nan", 10**400, timedelta(days=999_999_999)]
+
+
+@pytest.mark.parametrize("value", HUGE, ids=lambda v: str(v)[:20])
+def test_a_duration_past_protobufs_range_is_an_invalid_spec_naming_the_field(value):
+    for name in ("timeout", "expected_run_time"):
+        with pytest.raises(InvalidTrainingSpec, match=f"{name}.*out of range"):
+            templated_args.parse({name: value}, keep_templates=False)
+
+
+@pytest.mark.parametrize("value", ["99999999999999s", "1e20"])
+def test_a_huge_max_wait_duration_is_an_invalid_spec_in_a_preset_operator_and_in_a_plan(value):
+    from airflow_gpu_sched.operators import FlexStartTrainingOperator, GpuTrainingOperator
+
+    with pytest.raises(InvalidTrainingSpec, match="max_wait_duration.*out of range"):
+        FlexStartTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, max_wait_duration=value, **A100)
+    with pytest.raises(InvalidTrainingSpec, match=r"plan\[0\].*out of range"):
+        GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION,
+                            plan=[{"strategy": "FLEX_START", "max_wait_duration": value}], **A100)
+    with pytest.raises(InvalidTrainingSpec, match="timeout.*out of range"):
+        GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, timeout=value,
+                            plan=[{"strategy": "SPOT"}], **A100)
+
+
+def test_the_largest_duration_protobuf_allows_is_accepted():
+    assert templated_args.parse({"timeout": "315576000000s"}, False)["timeout"] == timedelta(seconds=315_576_000_000)

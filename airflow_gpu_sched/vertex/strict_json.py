@@ -46,6 +46,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from airflow_gpu_sched.vertex.models import MAX_DURATION_SECONDS
+
 
 _WKT = "type.googleapis.com/google.protobuf."
 _SCALAR_TYPE = {"string": "TYPE_STRING", "bytes": "TYPE_BYTES", "int64": "TYPE_INT64", "uint64": "TYPE_UINT64",
@@ -238,6 +240,9 @@ def _time_problem(kind: str, value: Any) -> str | None:
             return "Illegal duration format; duration must end with 's'"
         if not _DURATION.match(value):
             return "Invalid duration format, failed to parse seconds"
+        whole = value.lstrip("-").split(".", 1)[0].rstrip("s")
+        if len(whole) > 12 or int(whole) > MAX_DURATION_SECONDS:  # int() of at most 12 digits
+            return "Duration value out of range"  # wording assumed; the bound: duration.proto
         return None
     if not isinstance(value, str):
         return "Invalid data type for timestamp"

@@ -9,6 +9,7 @@ May import: vertex, emulator; never airflow.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
@@ -21,6 +22,7 @@ from airflow_gpu_sched.emulator.resources.listing import list_page
 from airflow_gpu_sched.emulator.resources.operations import Operations
 from airflow_gpu_sched.emulator.resources.persistent_resources import PersistentResources
 from airflow_gpu_sched.emulator.resources.runs import JobRuns
+from airflow_gpu_sched.emulator.scenario import MAX_SCENARIO_SECONDS
 from airflow_gpu_sched.emulator.resources.store import (
     ADMISSION_START,
     Store,
@@ -35,6 +37,31 @@ from airflow_gpu_sched.vertex.rules import Violation, check_custom_job
 
 S = JobState
 RUN_SECONDS_ENV, EXIT_CODE_ENV = "EMULATOR_RUN_SECONDS", "EMULATOR_EXIT_CODE"
+
+
+MAX_EXIT_CODE = 255  # a process's exit status is one byte
+
+
+def env_knobs(env: dict[str, str], default_run_seconds: float) -> tuple[float, int]:
+    """The job's run time and exit status from its env (the emulator's knobs), each checked at
+    create: a run time finite and within a scenario's bounds (0..MAX_SCENARIO_SECONDS, as
+    ``runSeconds``), an exit status 0..255; otherwise a 400 naming the variable (never a job
+    accepted whose first read overflows the clock: issue 37)."""
+    where = "jobSpec.workerPoolSpecs[0].containerSpec.env"
+    text = env.get(RUN_SECONDS_ENV)
+    try:
+        run_seconds = default_run_seconds if text is None else float(text)
+    except ValueError:
+        run_seconds = math.nan
+    if not (math.isfinite(run_seconds) and 0 <= run_seconds <= MAX_SCENARIO_SECONDS):
+        raise violations_error([Violation(f"{where}.{RUN_SECONDS_ENV}", f"must be a number of seconds from 0 to "
+                                          f"{MAX_SCENARIO_SECONDS:g} (got {str(text)[:40]!r})")])
+    text = env.get(EXIT_CODE_ENV, "0")
+    code = text.strip()
+    if not (code.isascii() and code.isdigit() and len(code) <= 3 and int(code) <= MAX_EXIT_CODE):
+        raise violations_error([Violation(f"{where}.{EXIT_CODE_ENV}", f"must be an integer from 0 to {MAX_EXIT_CODE} "
+                                          f"(got {text[:40]!r})")])
+    return run_seconds, int(code)
 
 
 class CustomJobs:
@@ -86,13 +113,7 @@ class CustomJobs:
             if problems:  # assumed: Vertex refuses at create a job no VM of the reservation can take
                 raise ApiError("FAILED_PRECONDITION", f"jobSpec.workerPoolSpecs.machineSpec.reservationAffinity: "
                                                       f"{'; '.join(problems)}.")
-        env = spec.worker_pool_specs[0].env
-        try:
-            run_seconds = float(env.get(RUN_SECONDS_ENV, scenario.run_seconds))
-            exit_code = int(env.get(EXIT_CODE_ENV, 0))
-        except ValueError:
-            raise violations_error([Violation("jobSpec.workerPoolSpecs[0].containerSpec.env",
-                                              f"{RUN_SECONDS_ENV} must be a number and {EXIT_CODE_ENV} an integer")])
+        run_seconds, exit_code = env_knobs(spec.worker_pool_specs[0].env, scenario.run_seconds)
         failure = self.store.job_failures.pop(0) if self.store.job_failures else None
         if failure is not None:  # injected (scenario jobFailures): it fails so, after its run time
             exit_code = failure.exit_code

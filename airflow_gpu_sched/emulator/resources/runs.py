@@ -114,7 +114,7 @@ class JobRuns:
             wait = spec.scheduling.max_wait_duration if spec.scheduling else None
             wait = Scheduling.DEFAULT_MAX_WAIT if wait is None else wait
             if wait.total_seconds() > 0:  # 0 waits forever
-                self.store.schedule(now + wait, "wait_expired", name, ANY_EPOCH)
+                self.store.schedule_after(now, wait.total_seconds(), "wait_expired", name, ANY_EPOCH)
 
     def waiting_state(self, record: JobRecord) -> JobState:
         """The state a job waiting for capacity shows (a FLEX_START one: the scenario's variant)."""
@@ -263,18 +263,18 @@ class JobRuns:
             self.store.executor.start(record.job)  # the process's exit ends the job
             remaining = float("inf")
         else:
-            self.store.schedule(when + timedelta(seconds=remaining), "finish", record.job.name, record.epoch)
+            self.store.schedule_after(when, remaining, "finish", record.job.name, record.epoch)
         scheduling = record.job.job_spec.scheduling
         if scheduling and scheduling.timeout:
             left = scheduling.timeout.total_seconds() - record.progress
             if left < remaining:
-                self.store.schedule(when + timedelta(seconds=max(0.0, left)), "timeout", record.job.name,
+                self.store.schedule_after(when, max(0.0, left), "timeout", record.job.name,
                                     record.epoch)
         rate = self.scenario.spot_preemptions_per_hour
         if record.tier == "spot" and rate > 0:
             after = self.store.rng.expovariate(rate / 3600.0)
             if after < remaining:
-                self.store.schedule(when + timedelta(seconds=after), "preempt", record.job.name, record.epoch)
+                self.store.schedule_after(when, after, "preempt", record.job.name, record.epoch)
 
     def _stop_running(self, record: JobRecord, when: datetime) -> None:
         if self.store.executor is not None:

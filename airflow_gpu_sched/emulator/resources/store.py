@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
-from airflow_gpu_sched.emulator.clock import EmulatedClock
+from airflow_gpu_sched.emulator.clock import MAX_ELAPSED, EmulatedClock
 from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.scenario import Scenario
 from airflow_gpu_sched.vertex.models import RPC_STATUS, Status
@@ -132,6 +132,12 @@ class Store:
 
     def schedule(self, when: datetime, kind: str, key: str, epoch: int = 0) -> None:
         heapq.heappush(self._events, (when, next(self._event_seq), kind, key, epoch))
+
+    def schedule_after(self, when: datetime, seconds: float, kind: str, key: str, epoch: int = 0) -> None:
+        """An event ``seconds`` after ``when``; none past the clock's horizon (MAX_ELAPSED: it never
+        comes), so a request's duration up to protobuf's 10,000 years never overflows a datetime."""
+        if seconds <= MAX_ELAPSED:
+            self.schedule(when + timedelta(seconds=seconds), kind, key, epoch)
 
     def run_due(self, now: datetime) -> None:
         """Apply every event due by ``now``, in time order, each at its own time."""

@@ -1,0 +1,94 @@
+"""The emulator holds (issue 37, part 4): what a client sends is bounded and refused with a 400
+naming the field, never a 500 or a hang; every answer is strict JSON. At the wire, against the
+session's emulator (tests/conftest.py) or a server of the test's own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from tests.conftest import LOCATION, PROJECT
+
+JOBS = f"/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs"
+
+
+A100 = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+
+
+def _job(scheduling: dict | None = None, env: dict | None = None) -> dict:
+    container = {"imageUri": "x", **({"env": [{"name": k, "value": v} for k, v in env.items()]} if env else {})}
+    spec = {"workerPoolSpecs": [{"machineSpec": A100, "replicaCount": "1", "containerSpec": container}]}
+    if scheduling:
+        spec["scheduling"] = scheduling
+    return {"displayName": "holds", "jobSpec": spec}
+
+
+def strict(response: requests.Response):
+    """The body as JSON, refusing NaN and Infinity (which json.loads accepts, and no JSON parser must)."""
+    def refuse(name):
+        raise AssertionError(f"{name} in an answer: not JSON ({response.request.method} {response.url[:100]})")
+    return json.loads(response.text, parse_constant=refuse)
+
+
+def _refused(response: requests.Response, *fragments: str) -> None:
+    assert response.status_code == 400, response.text[:300]
+    error = strict(response)["error"]
+    assert error["status"] == "INVALID_ARGUMENT"
+    for fragment in fragments:
+        assert fragment in error["message"], error["message"]
+
+
+def _still_serves(emulator) -> None:
+    emulator.advance(3600)  # every scheduled event of the jobs comes due and is applied
+    listed = requests.get(emulator.url + JOBS, timeout=10)
+    assert listed.status_code == 200, listed.text[:300]
+    strict(listed)
+
+
+# ---------------------------------------------------------------- durations (google.protobuf.Duration)
+
+@pytest.mark.parametrize("field", ["timeout", "maxWaitDuration"])
+@pytest.mark.parametrize("value", ["99999999999999s", "-99999999999999s", "315576000001s", "9" * 400 + "s"])
+def test_a_duration_past_protobufs_range_is_a_400_naming_the_field(emulator, field, value):
+    scheduling = {"strategy": "FLEX_START", field: value}
+    response = requests.post(emulator.url + JOBS, json=_job(scheduling), timeout=10)
+    _refused(response, f"scheduling.{'max_wait_duration' if field == 'maxWaitDuration' else field}",
+             "out of range")
+    _still_serves(emulator)
+
+
+def test_the_largest_duration_protobuf_allows_is_accepted_and_never_overflows_the_clock(emulator):
+    for scheduling in ({"strategy": "SPOT", "timeout": "315576000000s"},
+                       {"strategy": "FLEX_START", "maxWaitDuration": "315576000000s"}):
+        response = requests.post(emulator.url + JOBS, json=_job(scheduling), timeout=10)
+        assert response.status_code == 200, response.text[:300]
+        assert "315576000000s" in strict(response)["jobSpec"]["scheduling"].values()
+    _still_serves(emulator)
+
+
+# ---------------------------------------------------------------- the emulator's env knobs
+
+@pytest.mark.parametrize("name, value", [
+    ("EMULATOR_RUN_SECONDS", "inf"), ("EMULATOR_RUN_SECONDS", "1e20"), ("EMULATOR_RUN_SECONDS", "nan"),
+    ("EMULATOR_RUN_SECONDS", "-5"), ("EMULATOR_RUN_SECONDS", "1e400"), ("EMULATOR_RUN_SECONDS", "soon"),
+    ("EMULATOR_EXIT_CODE", "256"), ("EMULATOR_EXIT_CODE", "-1"), ("EMULATOR_EXIT_CODE", "9" * 5000),
+    ("EMULATOR_EXIT_CODE", "１"),
+])
+def test_an_env_knob_out_of_bounds_is_refused_at_create_naming_it(emulator, name, value):
+    response = requests.post(emulator.url + JOBS, json=_job(env={name: value}), timeout=10)
+    _refused(response, name)
+    assert emulator.stats()["jobsCreated"] == {}
+    _still_serves(emulator)
+
+
+def test_env_knobs_within_bounds_still_drive_the_job(emulator):
+    body = _job(env={"EMULATOR_RUN_SECONDS": "315360000", "EMULATOR_EXIT_CODE": "255"})
+    assert requests.post(emulator.url + JOBS, json=body, timeout=10).status_code == 200
+    body = _job(env={"EMULATOR_RUN_SECONDS": "10", "EMULATOR_EXIT_CODE": "3"})
+    name = requests.post(emulator.url + JOBS, json=body, timeout=10).json()["name"]
+    emulator.advance(600)
+    job = strict(requests.get(f"{emulator.url}/v1/{name}", timeout=10))
+    assert job["state"] == "JOB_STATE_FAILED" and "non-zero status of 3" in job["error"]["message"]
+    _still_serves(emulator)
