@@ -92,3 +92,38 @@ def test_env_knobs_within_bounds_still_drive_the_job(emulator):
     job = strict(requests.get(f"{emulator.url}/v1/{name}", timeout=10))
     assert job["state"] == "JOB_STATE_FAILED" and "non-zero status of 3" in job["error"]["message"]
     _still_serves(emulator)
+
+
+# ---------------------------------------------------------------- JWT assertions on POST /token
+
+
+def _assertion(claims: str) -> str:
+    import base64
+
+    encode = lambda text: base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")  # noqa: E731
+    return f"{encode('{}')}.{encode(claims)}.c2ln"
+
+
+def _token(emulator, assertion: str) -> requests.Response:
+    return requests.post(f"{emulator.url}/token", timeout=30, headers={"Content-Type": "application/x-www-form-urlencoded"},
+                         data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion})
+
+
+@pytest.mark.parametrize("claims", ['{"iss":' * 100_000 + "1" + "}" * 100_000, "[" * 100_000 + "]" * 100_000,
+                                    '{"iss": 1e999}', '{"iss": NaN}', '{"iss": "a"', "\udcff"],
+                         ids=["100000-deep-object", "100000-deep-list", "1e999", "NaN", "malformed", "not-utf8"])
+def test_a_hostile_jwt_assertion_gets_an_oauth_400_and_the_records_stay_json(emulator, claims):
+    response = _token(emulator, _assertion(claims.encode("utf-8", "surrogateescape").decode("latin-1")))
+    assert response.status_code == 400, response.text[:300]
+    assert strict(response)["error"] == "invalid_grant"
+    records = requests.get(f"{emulator.url}/emulator/v1/auth", timeout=10)
+    assert records.status_code == 200 and strict(records)["grants"] == []
+
+
+@pytest.mark.parametrize("claims, issuer", [('{"iss": "sa@p.iam.gserviceaccount.com"}', "sa@p.iam.gserviceaccount.com"),
+                                            ('{"iss": 1e300}', None), ('{"iss": {"a": [1, 2]}}', None),
+                                            ('{"iss": "' + "x" * 5000 + '"}', None), ("[1]", None)])
+def test_a_parsable_assertion_records_its_issuer_only_as_a_short_string(emulator, claims, issuer):
+    response = _token(emulator, _assertion(claims))
+    assert response.status_code == 200, response.text[:300]
+    assert strict(requests.get(f"{emulator.url}/emulator/v1/auth", timeout=10))["grants"][-1]["issuer"] == issuer

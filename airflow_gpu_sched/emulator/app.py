@@ -11,6 +11,7 @@ May import: vertex, emulator; never airflow.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 from urllib.parse import parse_qs
@@ -81,7 +82,7 @@ def match_route(method: str, path: str) -> tuple[str, dict[str, str]] | None:
 
 
 def _json(body: Any, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status_code=status,
+    return Response(json.dumps(body, separators=(",", ":"), allow_nan=False), status_code=status,
                     media_type="application/json", headers=headers)
 
 
@@ -194,6 +195,21 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
     if rpc == "quotaInfos.get":
         return backend.quota_infos.get(args["project"], args["service"], args["quota_id"])
     raise AssertionError(rpc)
+
+
+def _assertion_issuer(assertion: str | None) -> Any:
+    """The ``iss`` claim of a JWT-bearer assertion (header.claims.signature, the signature not
+    checked), its claims read through the same JSON limits as every body (depth, finite numbers:
+    never a RecursionError); None without a three-part assertion or an object of claims."""
+    parts = (assertion or "").split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+    except ValueError:
+        return None
+    claims = parse_json(raw)
+    return claims.get("iss") if isinstance(claims, dict) else None
 
 
 def _add_token_services(app: FastAPI, backend: Backend, auth: TokenIssuer) -> None:
@@ -315,9 +331,13 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
     async def token(request: Request) -> Response:
         # Google's OAuth token endpoint, as a service-account key's token_uri (the JWT
         # assertion is not checked: the emulator only hands out its one token)
-        backend.stats["tokensIssued"] = backend.stats.get("tokensIssued", 0) + 1
         form = {k: v[-1] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
-        auth.record_grant(form)
+        try:
+            issuer = _assertion_issuer(form.get("assertion"))
+        except ApiError as exc:  # OAuth's error shape, as Google's token endpoint answers a bad JWT
+            return _json({"error": "invalid_grant", "error_description": f"Invalid JWT: {exc.message}"}, 400)
+        backend.stats["tokensIssued"] = backend.stats.get("tokensIssued", 0) + 1
+        auth.record_grant(form.get("grant_type"), issuer)
         return _json(auth.token_response())
 
     app.add_api_route("/token", token, methods=["POST"], include_in_schema=False)

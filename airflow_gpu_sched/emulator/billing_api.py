@@ -166,7 +166,8 @@ def add_billing_routes(app: FastAPI, backend: Any, traffic: Any, auth: Any) -> N
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json")
+    return Response(json.dumps(body, separators=(",", ":"), allow_nan=False), status_code=status,
+                    media_type="application/json")
 
 
 __all__ = ["RPC", "SAMPLE_RATES", "add_billing_routes", "catalog", "list_skus", "sample"]

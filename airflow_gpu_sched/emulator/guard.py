@@ -69,7 +69,7 @@ class _TooLarge(Exception):
 
 def _refusal(code: int, status: str, message: str) -> tuple[int, bytes]:
     body = {"error": {"code": code, "message": message, "status": status}}
-    return code, json.dumps(body, separators=(",", ":")).encode()
+    return code, json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
 @dataclass

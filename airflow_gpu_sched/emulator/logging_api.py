@@ -215,7 +215,8 @@ def add_logging_routes(app: FastAPI, backend: Any, traffic: Any, auth: Any) -> L
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json")
+    return Response(json.dumps(body, separators=(",", ":"), allow_nan=False), status_code=status,
+                    media_type="application/json")
 
 
 __all__ = ["LogStore", "add_logging_routes", "match_logging_route", "timestamp_key"]

@@ -180,7 +180,7 @@ class ReservationStore:
 def add_compute_routes(app: Any, backend: Any, auth: Any) -> None:  # noqa: C901 (one dispatch)
     """``/compute/v1/projects/{p}/zones/{z}/reservations[/{r}]`` and ``.../operations/{o}``."""
     def answer(body: Any, status: int = 200) -> Response:
-        return Response(json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json")
+        return Response(json.dumps(body, separators=(",", ":"), allow_nan=False), status_code=status, media_type="application/json")
 
     async def compute(request: Request, path: str) -> Response:
         parts = path.split("/")
