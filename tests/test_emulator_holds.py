@@ -127,3 +127,79 @@ def test_a_parsable_assertion_records_its_issuer_only_as_a_short_string(emulator
     response = _token(emulator, _assertion(claims))
     assert response.status_code == 200, response.text[:300]
     assert strict(requests.get(f"{emulator.url}/emulator/v1/auth", timeout=10))["grants"][-1]["issuer"] == issuer
+
+
+# ---------------------------------------------------------------- heads, bodies, slow clients
+
+
+@pytest.fixture
+def quick_server():
+    """A server of the test's own whose heads must arrive within 0.5 s (the CLI's: 10 s)."""
+    from airflow_gpu_sched.emulator import EmulatorServer
+
+    with EmulatorServer(head_timeout=0.5) as server:
+        yield server
+
+
+def _raw(server, data: bytes, *, then_read: bool = True) -> bytes:
+    """Send ``data`` on a fresh connection, then read the answer until the server closes it
+    (a 10 s socket timeout is the hang guard)."""
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while then_read:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _status_and_error(answer: bytes) -> tuple[int, dict]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (64 << 20) + b"\r\n\r\n",
+    b"GET /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Many: a\r\n" * 20_000 + b"\r\n",
+    b"GET /v1/" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+], ids=["one-64MiB-header", "20000-headers", "100KB-url"])
+def test_a_head_over_64_KiB_is_refused_with_a_431_the_client_reads(quick_server, head):
+    status, error = _status_and_error(_raw(quick_server, head))
+    assert status == 431 and error["code"] == 431 and "65536 bytes" in error["message"]
+    assert requests.get(quick_server.url + JOBS, timeout=10).status_code == 200
+
+
+def test_a_head_just_under_the_cap_is_served(quick_server):
+    response = requests.get(quick_server.url + JOBS, headers={"X-Pad": "a" * 60_000}, timeout=10)
+    assert response.status_code == 200, response.text[:200]
+
+
+@pytest.mark.parametrize("partial", [b"", b"GET /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a"],
+                         ids=["nothing-sent", "half-a-head"])
+def test_a_head_that_never_completes_gets_a_408_and_the_connection_closes(quick_server, partial):
+    answer = _raw(quick_server, partial)  # returns once the server closed the connection
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert requests.get(quick_server.url + JOBS, timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{}, {"Connection": "close"}], ids=["keep-alive", "connection-close"])
+def test_a_40_MiB_body_gets_a_413_the_client_reads(quick_server, headers):
+    body = b"x" * (40 << 20)
+    response = requests.post(quick_server.url + JOBS, data=body, timeout=30,
+                             headers={"Content-Type": "application/json", **headers})
+    assert response.status_code == 413, response.text[:200]
+    error = strict(response)["error"]
+    assert error["code"] == 413 and "Request Entity Too Large" in error["message"]
+    answer = _raw(quick_server, b"POST " + JOBS.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                  b"application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    assert _status_and_error(answer)[0] == 413
+
+
+def test_a_body_over_10_MiB_still_gets_googles_400(quick_server):
+    response = requests.post(quick_server.url + JOBS, data=b"x" * (11 << 20), timeout=30,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "Request payload size exceeds the limit" in response.text

@@ -8,7 +8,8 @@ what form, checked before a route reads a byte of the body. docs/security.md say
   ``application/x-www-form-urlencoded``, as Google's): a browser sends ``text/plain``, form or
   body-less POSTs to any host without asking (no CORS preflight); JSON it sends only after a
   preflight the emulator never grants.
-- A body over MAX_BODY_BYTES is refused unread (Content-Length) or once a chunked one passes it.
+- A body over MAX_BODY_BYTES is refused unread (Content-Length) or once a chunked one passes it;
+  one over MAX_FRONT_END_BODY_BYTES (Content-Length) gets the edge's 413.
 - With a control token, ``/emulator/v1/...`` needs ``X-Emulator-Control-Token`` (the dashboard
   and ``timeline.svg`` stay open: read-only views).
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
-from airflow_gpu_sched.emulator.limits import MAX_BODY_BYTES
+from airflow_gpu_sched.emulator.limits import MAX_BODY_BYTES, MAX_FRONT_END_BODY_BYTES
 
 CONTROL_HEADER = "X-Emulator-Control-Token"
 _CONTROL_HEADER = CONTROL_HEADER.lower().encode()
@@ -102,6 +103,9 @@ class Guard:
                 return _refusal(403, "PERMISSION_DENIED", f"Origin {origin.decode('latin-1')[:100]!r} is not a "
                                 "page of this machine: the emulator does not serve other sites' pages.")
         length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and (len(length) > 12 or int(length) > MAX_FRONT_END_BODY_BYTES):
+            return _refusal(413, "INVALID_ARGUMENT", f"Request Entity Too Large: the body is over "
+                                                     f"{MAX_FRONT_END_BODY_BYTES} bytes (the front end's limit).")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return _refusal(400, "INVALID_ARGUMENT", f"Request payload size exceeds the limit: {MAX_BODY_BYTES} bytes.")
         if method in _BODY_METHODS:

@@ -18,6 +18,11 @@ from airflow_gpu_sched.emulator.clock import MAX_ELAPSED, MAX_SPEED  # noqa: F40
 # Speech, Translation). The emulator refuses it before reading it (Content-Length) or as soon as a
 # chunked body passes it.
 MAX_BODY_BYTES = 10 * 1024 * 1024
+# Far bigger bodies never reach the API: Google's edge answers 413 (an HTML page; docs/security.md).
+# Its figure is not public: 32 MiB assumed (Cloud Run's documented HTTP/1 request limit, served by
+# the same front end). The emulator answers 413 in the JSON error shape, from Content-Length, unread;
+# the connection then drops the rest of the body (emulator/http_limits.py): the client reads the 413.
+MAX_FRONT_END_BODY_BYTES = 32 * 1024 * 1024
 # protobuf's JSON parser gives up past 100 levels (json_format.Parse(max_recursion_depth=100));
 # what Google's front end answers then is assumed: 400 INVALID_ARGUMENT.
 MAX_JSON_DEPTH = 100

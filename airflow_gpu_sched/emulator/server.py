@@ -13,6 +13,7 @@ import uvicorn
 
 from airflow_gpu_sched.emulator.app import create_app
 from airflow_gpu_sched.emulator.backend import Backend
+from airflow_gpu_sched.emulator.http_limits import HEAD_TIMEOUT_SECONDS, limited_protocol
 from airflow_gpu_sched.emulator.scenario import Scenario
 from airflow_gpu_sched.vertex.client.endpoints import is_loopback_host
 
@@ -35,10 +36,12 @@ class EmulatorServer:
 
     def __init__(self, scenario: Scenario | None = None, host: str = "127.0.0.1", port: int = 0,
                  allow_remote: bool = False, ssl_certfile: str | None = None,
-                 ssl_keyfile: str | None = None, control_token: str | None = None):
+                 ssl_keyfile: str | None = None, control_token: str | None = None,
+                 head_timeout: float = HEAD_TIMEOUT_SECONDS):
         """``allow_remote``: bind a non-loopback host and answer any Host/Origin (never with
         ``scenario.execute``); ``control_token``: what ``/emulator/v1/...`` requests must carry in
-        the X-Emulator-Control-Token header (EmulatorControl(url, control_token=...))."""
+        the X-Emulator-Control-Token header (EmulatorControl(url, control_token=...)); ``head_timeout``:
+        how long a request's head may take to arrive (emulator/http_limits.py)."""
         if not allow_remote and not is_loopback_host(host):
             raise ValueError(f"the emulator serves loopback only: it has no authentication, so anyone who can "
                              f"reach it can create and cancel its jobs and read their specs. Pass "
@@ -48,6 +51,7 @@ class EmulatorServer:
         self._ssl = {"ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile} if ssl_certfile else {}
         self.backend = Backend(scenario)
         self.control_token = control_token
+        self._protocol = limited_protocol(head_timeout=head_timeout)
         self._app = create_app(self.backend, allow_remote=allow_remote, control_token=control_token)
         self._socket = _bind(host, port)
         self.host, self.port = self._socket.getsockname()[:2]
@@ -63,7 +67,7 @@ class EmulatorServer:
 
     def _uvicorn(self) -> uvicorn.Server:
         config = uvicorn.Config(self._app, log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=30, **self._ssl)
+                                lifespan="off", timeout_keep_alive=30, http=self._protocol, **self._ssl)
         return uvicorn.Server(config)
 
     def start(self) -> EmulatorServer:
