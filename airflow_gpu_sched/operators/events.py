@@ -45,10 +45,12 @@ def job_event(op: Any, context: Any, payload: Any) -> tuple[engine.JobEnded, End
         resource = job_kind.get(op.client(vertex_calls.location_of(resource.name)), resource.name)
     job = job_kind.view(resource)
     scheduling = job.job_spec.scheduling
-    log_tail = vertex_calls.failure_tail(op, job.name) if kind is Event.FAILED else None
+    job_error, log_tail = job.error.message if job.error else None, None
+    if kind is Event.FAILED:  # the texts that may quote the job's output: its secrets cut
+        job_error, log_tail = vertex_calls.failed_job_texts(op, job.name, job_error)
     return engine.JobEnded(
         now=at, kind=kind, job_name=job.name, job_state=job.state.value if job.state else None,
-        job_error=job.error.message if job.error else None, message=payload.get("message"),
+        job_error=job_error, message=payload.get("message"),
         restarts=int(payload.get("observed_restarts", 0)), running_bound=payload.get("running_bound"),
         max_wait=scheduling.max_wait_duration if scheduling else None, try_number=tried,
         log_tail=log_tail, timed_out=bool(payload.get("timed_out")),

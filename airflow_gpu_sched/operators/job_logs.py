@@ -1,14 +1,21 @@
 """A failed job's last log lines, read from Cloud Logging by the operator (sync client): the
 failing replica (:func:`log_lines.failing_replica` over the job's ERROR lines), then that
-replica's last ``lines`` lines. Two reads of ``entries:list`` (each paging on through empty pages), only
-when a job FAILED.
+replica's last ``lines`` lines. Two reads of ``entries:list`` (each paging on through empty pages)
+and one GET of the job, only when a job FAILED.
 
-May import: vertex, orchestration; airflow.
+The lines are the job's own output: every value of its env (read from the job as Vertex returns
+it, the rule of :mod:`airflow_gpu_sched.orchestration.redaction`) and every value Airflow's
+masker knows in this worker (a sensitive Variable, a connection's password) are cut from them
+(:func:`job_cut`) before they reach the task log, the exception or the UI's record. A job whose
+env cannot be read gets no tail.
+
+May import: vertex, orchestration, triggers; airflow.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from airflow_gpu_sched.orchestration.log_lines import failing_replica, failure_tail
@@ -19,20 +26,43 @@ ERROR_LINES = 20  # the newest ERROR lines the failing replica is told from
 MAX_CALLS = 5  # entries:list calls for one read: an empty page with a token means "keep searching"
 
 
-def read_failure_tail(client: Any, job_name: str, lines: int) -> str | None:
+def read_failure_tail(client: Any, job_name: str, lines: int, cut: Callable[[str], str] | None = None) -> str | None:
     """``last N log line(s) of workerpool0-0:\\n  [workerpool0-0 ERROR] ...``, or None (no
-    lines, or Cloud Logging not readable: the failure is reported without them)."""
+    lines, or Cloud Logging or the job not readable: the failure is reported without them).
+    ``cut``: the job's secrets cut (:func:`job_cut`; read here when not given)."""
     from airflow_gpu_sched.vertex.client import VertexError
 
     project, job_id = job_name.split("/")[1], cloud_logging.job_id_of(job_name)
     try:
+        cut = cut or job_cut(client, job_name)
         errors = _newest(client, cloud_logging.jobs_filter([job_id], min_severity="ERROR"), ERROR_LINES, project)
         replica = failing_replica(errors)
         tail = _newest(client, cloud_logging.jobs_filter([job_id], replica=replica), lines, project)
     except VertexError as exc:
-        log.warning("the failed job's log lines could not be read from Cloud Logging: %s", exc)
+        log.warning("the failed job's log lines could not be read (the job or Cloud Logging): %s", exc)
         return None
-    return failure_tail(replica, tail, lines)
+    return failure_tail(replica, tail, lines, cut)
+
+
+def job_cut(client: Any, job_name: str) -> Callable[[str], str]:
+    """The job's env values (one GET of the job) and what this worker's masker knows, cut from a
+    text. A :class:`VertexError` goes to the caller."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.triggers.job_secrets import job_redactor
+
+    resource = job_type_of(job_name).get(client, job_name)
+    redactor = job_redactor(resource.to_api() if hasattr(resource, "to_api") else resource)
+    return lambda text: masked(redactor(text))
+
+
+def masked(text: str) -> str:
+    """``text`` as Airflow's masker in this process would write it (nothing outside Airflow)."""
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:
+        return text
+    found = redact(text)
+    return found if isinstance(found, str) else text
 
 
 def _newest(client: Any, flt: str, want: int, project: str) -> list[Any]:

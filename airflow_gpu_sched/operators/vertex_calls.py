@@ -126,13 +126,20 @@ def read_reservation(op: Any, context: Any, action: engine.ReadReservation) -> e
                                   count=found.count, needed=found.needed)
 
 
-def failure_tail(op: Any, job_name: str) -> str | None:
-    """The failed job's failing replica's last lines, into the task log (and the error)."""
-    if not op.failure_log_lines:
-        return None
-    from airflow_gpu_sched.operators.job_logs import read_failure_tail
+def failed_job_texts(op: Any, job_name: str, job_error: str | None) -> tuple[str | None, str | None]:
+    """A FAILED job's error (Vertex's, which may quote the job's output) and its failing
+    replica's last lines into the task log, with the job's secrets cut from both
+    (:func:`job_logs.job_cut`); no tail when the job's env cannot be read."""
+    from airflow_gpu_sched.operators.job_logs import job_cut, masked, read_failure_tail
+    from airflow_gpu_sched.vertex.client import VertexError
 
-    tail = read_failure_tail(op.client(location_of(job_name)), job_name, op.failure_log_lines)
+    client = op.client(location_of(job_name))
+    try:
+        cut = job_cut(client, job_name)
+    except VertexError as exc:
+        op.log.warning("the failed job's env could not be read, so its log lines are not shown: %s", exc)
+        return (masked(job_error) if job_error else job_error), None
+    tail = read_failure_tail(client, job_name, op.failure_log_lines, cut) if op.failure_log_lines else None
     if tail:
         op.log.error("the job failed; %s", tail)
-    return tail
+    return (cut(job_error) if job_error else job_error), tail

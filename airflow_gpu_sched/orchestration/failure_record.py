@@ -6,7 +6,7 @@ A failed task has no return value, and the night that went wrong is the one peop
 plugin for; so the operator pushes this record (XCom :data:`FAILURE_KEY`) just before it raises
 (:mod:`airflow_gpu_sched.operators.failed_try`). Nothing of the job's spec is in it; texts that
 come from the job (its error, its log lines) have every value of the job's ``env`` cut out
-(:func:`scrub`), as the secrets masker cuts what it knows.
+(:func:`scrub`, the rule of :mod:`.redaction`), as the secrets masker cuts what it knows.
 
 May import: vertex, orchestration; never airflow.
 """
@@ -16,35 +16,21 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from airflow_gpu_sched.orchestration.accounting import console_url, task_result
+from airflow_gpu_sched.orchestration.redaction import MIN_SECRET, env_values, redact
+
+__all__ = ["FAILURE_KEY", "FAILURE_KEYS", "MAX_TEXT", "MIN_SECRET", "env_values", "failure_record", "scrub"]
 
 FAILURE_KEY = "training_failure"  # the XCom key the UI plugin reads for a task that did not succeed
 FAILURE_KEYS = ("kind", "message", "job_name", "detail", "log_tail", "try_number", "console_url", "links")
-MIN_SECRET = 5  # shorter env values ("1", "true") are not cut: they would shred the text, not hide anything
 MAX_TEXT = 8000  # characters of each text kept (a log tail is a few lines; XCom is not a log store)
 
 
-def env_values(wire: Any) -> set[str]:
-    """Every ``env[].value`` anywhere in a job's REST JSON (every pool, a tuning job's trial spec)."""
-    found: set[str] = set()
-    if isinstance(wire, dict):
-        for key, value in wire.items():
-            if key == "env" and isinstance(value, list):
-                found |= {str(e["value"]) for e in value if isinstance(e, dict) and e.get("value") is not None}
-            else:
-                found |= env_values(value)
-    elif isinstance(wire, list):
-        for item in wire:
-            found |= env_values(item)
-    return found
-
-
-def scrub(text: str | None, secrets: Iterable[str]) -> str | None:
-    """``text`` with each secret of :data:`MIN_SECRET`+ characters replaced by ``***`` (longest
-    first, so that a secret inside another is not left half-cut), capped at :data:`MAX_TEXT`."""
+def scrub(text: str | None, secrets: Iterable[str], min_length: int = MIN_SECRET) -> str | None:
+    """``text`` with every secret cut out by the one rule (:mod:`.redaction`: its forms, Airflow's
+    minimum length), capped at :data:`MAX_TEXT`."""
+    text = redact(text, secrets, min_length)
     if text is None:
         return None
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True):
-        text = text.replace(secret, "***")
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + " [cut]"
 
 

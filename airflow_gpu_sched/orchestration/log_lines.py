@@ -15,7 +15,7 @@ May import: vertex, orchestration; never airflow.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from airflow_gpu_sched.vertex.cloud_logging import LogEntry, timestamp_key
 DEFAULT_LINES_PER_MINUTE = 600
 DEFAULT_FAILURE_LINES = 50
 SERVICE = "service"  # the replica name Vertex's own lines carry
+Redact = Callable[[str], str] | None  # a job's secrets cut from a text (orchestration.redaction.Redactor)
 _EXITED = re.compile(r"replica (\S+) exited with a non-zero status")
 
 
@@ -65,10 +66,13 @@ def advanced(position: LogPosition, written: list[LogEntry]) -> LogPosition:
     return LogPosition(written[-1].timestamp, written[-1].insert_id) if written else position
 
 
-def task_log_lines(entry: LogEntry) -> list[str]:
-    """``[workerpool0-0 INFO] text``, one per line of the entry's message."""
+def task_log_lines(entry: LogEntry, redact: Redact = None) -> list[str]:
+    """``[workerpool0-0 INFO] text``, one per line of the entry's message, with ``redact`` (the
+    job's secrets cut, :mod:`.redaction`) applied to the whole message first: a value that spans
+    lines is cut before the split."""
     prefix = f"[{entry.replica} {entry.severity}]"
-    return [f"{prefix} {line}" for line in (entry.message.splitlines() or [""])]
+    message = redact(entry.message) if redact is not None else entry.message
+    return [f"{prefix} {line}" for line in (message.splitlines() or [""])]
 
 
 @dataclass
@@ -119,9 +123,10 @@ def failing_replica(entries: Iterable[LogEntry]) -> str:
     return "workerpool0-0"
 
 
-def failure_tail(replica: str, entries: Iterable[LogEntry], lines: int) -> str | None:
-    """The replica's last ``lines`` lines, as the exception's message shows them; None if none."""
-    text = [line for entry in sorted(entries, key=lambda e: e.key) for line in task_log_lines(entry)][-lines:]
+def failure_tail(replica: str, entries: Iterable[LogEntry], lines: int, redact: Redact = None) -> str | None:
+    """The replica's last ``lines`` lines, as the exception's message shows them (each entry
+    through ``redact``); None if none."""
+    text = [line for entry in sorted(entries, key=lambda e: e.key) for line in task_log_lines(entry, redact)][-lines:]
     if not text:
         return None
     return f"last {len(text)} log line(s) of {replica}:\n" + "\n".join("  " + line for line in text)

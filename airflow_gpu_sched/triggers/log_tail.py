@@ -21,6 +21,11 @@ writing a batch and saving its position repeats that one batch (at least once: a
 save cannot be made atomic). In ``deferrable=False`` mode (no task instance on the
 trigger) the position lives in memory, for the one process that waits.
 
+No line is written before the job's env is known: the stream reads the job once (its spec, as
+Vertex returns it) and cuts every env value from each line, in every form a program prints it
+(:mod:`.job_secrets`, :mod:`airflow_gpu_sched.orchestration.redaction`); lines that come while
+the job cannot be read wait (the position does not move past them).
+
 Log lines are written by the trigger itself (``self.log``), never by the shared task: the
 triggerer routes a trigger's log records to its task's log by the trigger's context.
 
@@ -229,6 +234,8 @@ class JobLogStream:
         self._task: asyncio.Task | None = None
         self._warned = False
         self._store_warned = False
+        self.redact: Any = None  # the job's env values cut (a Redactor), once read from the job
+        self._secrets_warned = False
 
     async def start(self) -> None:
         self.position = await self.store.load()
@@ -260,6 +267,8 @@ class JobLogStream:
         from airflow_gpu_sched.orchestration.log_lines import advanced, fresh, task_log_lines
 
         new = fresh(entries, self.position)
+        if new and not await self._know_secrets():
+            return  # held back, position unmoved: the next poll brings these lines again
         for entry in new:
             state = entry.job_state  # Vertex's own word on a state change: an exact time
             if state and hasattr(self.trigger, "note_logged_state"):
@@ -268,12 +277,30 @@ class JobLogStream:
             if note:
                 self.trigger.log.warning("job log: %s", note)
             if admitted:
-                for line in task_log_lines(entry):
+                for line in task_log_lines(entry, self.redact):
                     self.trigger.log.info(line)
         if new:
             self.position = advanced(self.position, new)
             await self.store.save(self.position)
         self._say_store_problem()
+
+    async def _know_secrets(self) -> bool:
+        """The job's env values are known (read once from the job, :mod:`.job_secrets`): no line
+        is written before, so none of them reaches the task log in clear."""
+        from airflow_gpu_sched.triggers.job_secrets import learn
+        from airflow_gpu_sched.vertex.client import VertexError
+
+        if self.redact is not None:
+            return True
+        try:
+            self.redact = await learn(await self._client_factory(), self.job_name)
+        except VertexError as exc:
+            if not self._secrets_warned:
+                self.trigger.log.warning("job log: lines held back until the job's env is read (none of its values "
+                                         "may be written): reading %s failed: %s", self.job_name, exc)
+                self._secrets_warned = True
+            return False
+        return True
 
     def _say_store_problem(self) -> None:
         if self.store.problem and not self._store_warned:
@@ -298,6 +325,9 @@ class JobLogStream:
             await self.write(await read_all(await self._client_factory(), self.project, self.job_id, self.position))
         except VertexError as exc:
             self.trigger.log.warning("job log: the last lines could not be read: %s", exc)
+        if self.redact is None and self._secrets_warned:
+            self.trigger.log.warning("job log: the job's env could not be read: its lines were not written here "
+                                     "(all of them are in Cloud Logging)")
         note = self.budget.flush()
         if note:
             self.trigger.log.warning("job log: %s", note)

@@ -1,0 +1,61 @@
+"""A job's env values where its text is written: learned from the job itself, never carried.
+
+The worker rendered the env (``{{ var.value.hf_token }}``); the triggerer never saw it, and the
+trigger's kwargs must not carry it (they are stored in the ``trigger`` table). Vertex returns the
+spec it runs: ``GET`` of a custom job has ``jobSpec.workerPoolSpecs[].containerSpec.env``, a
+tuning job's ``trialJobSpec`` and a pipeline's ``trainingTaskInputs`` the same. So the tail of a
+job's log lines reads the job once, before it writes its first line, and cuts every value by the
+rule of :mod:`airflow_gpu_sched.orchestration.redaction` from each line it writes; it also
+registers them with Airflow's masker in that process (which may not reach the handler that
+writes a trigger's log file: the cut is ours either way).
+
+The minimum length is Airflow's (``[logging] min_length_masked_secret``, as the masker in this
+process was configured), so a value the masker would hide is cut, and one it leaves is left.
+
+May import: vertex, orchestration, triggers; airflow.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from airflow_gpu_sched.orchestration.redaction import MIN_SECRET, Redactor, env_values, maskable
+
+
+def airflow_min_length() -> int:
+    """The masker's minimum secret length in this process (Airflow sets it from ``[logging]
+    min_length_masked_secret``), or :data:`MIN_SECRET` outside Airflow."""
+    if "airflow.sdk" not in sys.modules:  # not under Airflow: importing it would load its config
+        return MIN_SECRET
+    try:
+        from airflow.sdk._shared.secrets_masker.secrets_masker import _secrets_masker
+
+        found = int(_secrets_masker().min_length_to_mask)
+    except Exception:  # noqa: BLE001 - another Airflow's masker: its documented default
+        return MIN_SECRET
+    return found if found > 0 else MIN_SECRET
+
+
+def job_redactor(job_wire: Any) -> Redactor:
+    """The cut of every env value of a job (its REST JSON), at this process's minimum length."""
+    return Redactor(env_values(job_wire), airflow_min_length())
+
+
+def masked_values(job_wire: Any) -> set[str]:
+    """The job's env values the masker would take (long enough, not ``airflow``)."""
+    minimum = airflow_min_length()
+    return {v for v in env_values(job_wire) if maskable(v, minimum)}
+
+
+async def learn(client: Any, job_name: str) -> Redactor:
+    """GET the job; register its env values with Airflow's masker; the cut of them. A
+    :class:`VertexError` (the job unreadable) goes to the caller, which writes nothing meanwhile."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.vertex.client.auth import amask_secret
+
+    resource = await job_type_of(job_name).get(client, job_name)
+    wire = resource.to_api() if hasattr(resource, "to_api") else resource
+    for value in masked_values(wire):
+        await amask_secret(value)
+    return job_redactor(wire)
