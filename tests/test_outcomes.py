@@ -291,3 +291,22 @@ def test_a_job_the_cancel_ended_failed_ran_so_its_gpu_time_counts():
     cancelled = CustomJob.model_validate({**job.model_dump(by_alias=True, exclude_none=True),
                                           "state": "JOB_STATE_CANCELLED"})
     assert state_times.running_span(cancelled, _times("JOB_STATE_QUEUED"), Event.CANCELLED.value) is None
+
+
+def test_the_process_record_of_stops_and_cancels_is_per_try_and_bounded():
+    """orchestration/stops.py: a stopped try refuses; another try (a retry) of the same task does
+    not; a long-lived triggerer keeps the newest KEPT cancels only."""
+    from airflow_gpu_sched.orchestration import stops
+
+    stops.forget()
+    key = ("dag", "run", "train", -1, 1)
+    stops.check(key, "creating")  # not stopped: no error
+    stops.stop(key)
+    with pytest.raises(stops.TryStopped, match="told to stop.*not creating"):
+        stops.check(key, "creating")
+    stops.check(("dag", "run", "train", -1, 2), "creating")  # the retry is a try of its own
+    for n in range(stops.KEPT + 1):
+        stops.note_cancel(f"projects/p/locations/l/customJobs/{n}")
+    assert not stops.cancelled_here("projects/p/locations/l/customJobs/0")
+    assert stops.cancelled_here(f"projects/p/locations/l/customJobs/{stops.KEPT}")
+    stops.forget()

@@ -22,12 +22,21 @@ May import: nothing of this package; never airflow.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 TryKey = tuple[str, str, str, int, int]  # dag_id, run_id, task_id, map_index, try_number
+KEPT = 10_000  # the newest records kept (a triggerer runs for months): a cancel is read within minutes
 
 _lock = threading.Lock()
-_stopped: set[TryKey] = set()
-_cancelled: set[str] = set()
+_stopped: OrderedDict[TryKey, None] = OrderedDict()
+_cancelled: OrderedDict[str, None] = OrderedDict()
+
+
+def _keep(records: OrderedDict, key: object) -> None:
+    records[key] = None
+    records.move_to_end(key)
+    while len(records) > KEPT:
+        records.popitem(last=False)
 
 
 class TryStopped(Exception):
@@ -51,7 +60,7 @@ def key_of(context: object) -> TryKey | None:
 def stop(key: TryKey | None) -> None:
     if key is not None:
         with _lock:
-            _stopped.add(key)
+            _keep(_stopped, key)
 
 
 def stopped(key: TryKey | None) -> bool:
@@ -69,7 +78,7 @@ def check(key: TryKey | None, doing: str) -> None:
 def note_cancel(job_name: str | None) -> None:
     if job_name:
         with _lock:
-            _cancelled.add(job_name)
+            _keep(_cancelled, job_name)
 
 
 def cancelled_here(job_name: str | None) -> bool:
