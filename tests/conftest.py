@@ -37,6 +37,9 @@ def emulator_server():
 @pytest.fixture
 def emulator(emulator_server) -> EmulatorControl:
     """A fresh emulator at speed 1: tests move emulated time with ``emulator.advance(s)``."""
+    from airflow_gpu_sched.orchestration import stops
+
+    stops.forget()  # the reset emulator hands out the same job names again: no cancel of ours is theirs
     control = EmulatorControl(emulator_server.url)
     control.reset({"seed": 7, "speed": 1})
     return control

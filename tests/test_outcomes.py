@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from airflow_gpu_sched.orchestration import failure_patterns
-from airflow_gpu_sched.orchestration.outcomes import JOB_EVENTS, Event, classify_failure, event_for_job, validate_event
-from airflow_gpu_sched.vertex.models import CustomJob, Status
+from airflow_gpu_sched.orchestration.outcomes import (
+    JOB_EVENTS,
+    CancelCause,
+    Event,
+    cancel_cause,
+    classify_failure,
+    event_for_job,
+    validate_event,
+)
+from airflow_gpu_sched.vertex.models import CustomJob, Status, format_timestamp
 
 
 def _info(reason: str) -> list[dict]:
@@ -83,14 +91,40 @@ def test_an_expired_job_with_a_start_time_but_never_seen_running_is_a_capacity_o
     assert event_for_job(job, times=_times("JOB_STATE_QUEUED"))["status"] == Event.CAPACITY_TIMEOUT.value
 
 
-def test_a_job_google_cancelled_before_it_was_seen_running_is_a_capacity_outcome():
-    job = CustomJob(name="projects/p/locations/l/customJobs/1", state="JOB_STATE_CANCELLED",
-                    createTime="2026-01-01T00:00:00Z", startTime="2026-01-01T00:00:00.140Z",
-                    endTime="2026-01-01T00:30:00Z", error={"code": 1, "message": "CANCELED"})
-    event = event_for_job(job, times=_times("JOB_STATE_QUEUED"))
+def _flex_cancelled(ended_after: timedelta, max_wait: str | None = "1800s") -> CustomJob:
+    scheduling = {"strategy": "FLEX_START", **({"maxWaitDuration": max_wait} if max_wait else {})}
+    return CustomJob.model_validate({
+        "name": "projects/p/locations/l/customJobs/1", "state": "JOB_STATE_CANCELLED",
+        "createTime": "2026-01-01T00:00:00Z", "startTime": "2026-01-01T00:00:00.140Z",
+        "endTime": format_timestamp(datetime(2026, 1, 1, tzinfo=timezone.utc) + ended_after),
+        "error": {"code": 1, "message": "CANCELED"},
+        "jobSpec": {"workerPoolSpecs": [], "scheduling": scheduling}})
+
+
+def test_a_cancelled_flex_start_job_is_the_wait_s_expiry_only_by_the_service_s_clock_and_never_when_ours():
+    """The one rule (outcomes.cancel_cause), issue 37: a CANCELLED we caused is never the service's
+    expiry, and an expiry is told by the job's own createTime/endTime against its maxWaitDuration."""
+    waited = _times("JOB_STATE_QUEUED")
+    expired = _flex_cancelled(timedelta(minutes=30))  # endTime - createTime = maxWaitDuration
+    assert cancel_cause(expired, waited, ours=False) is CancelCause.WAIT_EXPIRED
+    event = event_for_job(expired, times=waited)
     assert event["status"] == Event.CAPACITY_TIMEOUT.value and event["cancelled_waiting"] is True
-    assert event_for_job(job, times=_times("JOB_STATE_QUEUED"), ours=True)["status"] == Event.CANCELLED.value
-    assert event_for_job(job)["status"] == Event.CANCELLED.value  # not watched: no claim
+    # our cancel (on_kill, a bound, a lost race): ours, even at the very instant the wait ran out
+    assert cancel_cause(expired, waited, ours=True) is CancelCause.OURS
+    assert event_for_job(expired, times=waited, ours=True)["status"] == Event.CANCELLED.value
+    # seen waiting, then CANCELLED 50 s in (the kill of issue 37): someone cancelled it, not the service
+    early = _flex_cancelled(timedelta(seconds=50))
+    assert cancel_cause(early, waited, ours=False) is CancelCause.UNKNOWN
+    assert event_for_job(early, times=waited)["status"] == Event.CANCELLED.value
+    # no maxWaitDuration on the job: the documented default (1 day) is the wait it was given
+    assert cancel_cause(_flex_cancelled(timedelta(minutes=30), None), waited, ours=False) is CancelCause.UNKNOWN
+    assert cancel_cause(_flex_cancelled(timedelta(days=1), None), waited, ours=False) is CancelCause.WAIT_EXPIRED
+    assert cancel_cause(_flex_cancelled(timedelta(days=9), "0s"), waited, ours=False) is CancelCause.UNKNOWN
+    # seen RUNNING: it got its capacity, so the end is no wait's; not watched: no claim
+    ran = _times("JOB_STATE_QUEUED", "JOB_STATE_RUNNING")
+    assert cancel_cause(expired, ran, ours=False) is CancelCause.UNKNOWN
+    assert cancel_cause(expired, None, ours=False) is CancelCause.UNKNOWN
+    assert event_for_job(expired)["status"] == Event.CANCELLED.value
 
 
 def test_a_job_cancelled_at_its_timeout_is_a_timeout_failure():
@@ -257,3 +291,22 @@ def test_a_job_the_cancel_ended_failed_ran_so_its_gpu_time_counts():
     cancelled = CustomJob.model_validate({**job.model_dump(by_alias=True, exclude_none=True),
                                           "state": "JOB_STATE_CANCELLED"})
     assert state_times.running_span(cancelled, _times("JOB_STATE_QUEUED"), Event.CANCELLED.value) is None
+
+
+def test_the_process_record_of_stops_and_cancels_is_per_try_and_bounded():
+    """orchestration/stops.py: a stopped try refuses; another try (a retry) of the same task does
+    not; a long-lived triggerer keeps the newest KEPT cancels only."""
+    from airflow_gpu_sched.orchestration import stops
+
+    stops.forget()
+    key = ("dag", "run", "train", -1, 1)
+    stops.check(key, "creating")  # not stopped: no error
+    stops.stop(key)
+    with pytest.raises(stops.TryStopped, match="told to stop.*not creating"):
+        stops.check(key, "creating")
+    stops.check(("dag", "run", "train", -1, 2), "creating")  # the retry is a try of its own
+    for n in range(stops.KEPT + 1):
+        stops.note_cancel(f"projects/p/locations/l/customJobs/{n}")
+    assert not stops.cancelled_here("projects/p/locations/l/customJobs/0")
+    assert stops.cancelled_here(f"projects/p/locations/l/customJobs/{stops.KEPT}")
+    stops.forget()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
-from airflow_gpu_sched.operators import events, lineage, region_order, run, vertex_calls, waits
+from airflow_gpu_sched.operators import events, lineage, region_order, run, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
@@ -134,6 +134,7 @@ class VertexTrainingOperator(BaseOperator):
         self.running_job: str | None = None  # the job on_kill cancels (sync mode)
         self.run_ledger: SubmissionLedger | None = None  # the running loop's
         self.race_jobs: list[str] = []  # a race's members on_kill cancels (sync mode)
+        self.try_key: tuple | None = None  # the running try (orchestration/stops.py): on_kill stops it
         training_spec.check_at_parse_time(self)
 
     def own_steps(self) -> list[Step]:
@@ -278,16 +279,11 @@ class VertexTrainingOperator(BaseOperator):
         return lineage.facets_on_complete(self, task_instance)
 
     def on_kill(self) -> None:
-        """Sync mode (the worker polls): cancel the job when the task is killed (a race: every member)."""
-        from airflow_gpu_sched.vertex.client import InvalidArgumentError
+        """The try is told to stop: it creates no job and moves no plan from here, and its job (a
+        race: every member) is cancelled, the cancel recorded as ours (:mod:`.kill`)."""
+        from airflow_gpu_sched.operators.kill import kill
 
-        jobs = [(name, "race member ") for name in self.race_jobs] + ([(self.running_job, "")] if self.running_job else [])
-        for name, what in jobs:
-            self.log.info("task killed: cancelling %s%s", what, name)
-            try:
-                vertex_calls.cancel(self, name)
-            except InvalidArgumentError:
-                pass  # already finished
+        kill(self)
 
 
 class GpuTrainingOperator(VertexTrainingOperator):

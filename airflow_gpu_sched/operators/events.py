@@ -36,6 +36,9 @@ def job_event(op: Any, context: Any, payload: Any) -> tuple[engine.JobEnded, End
 
     kind, payload = validate_event(payload, JOB_EVENTS)
     at, tried = now(), try_number(context)
+    if payload.get("cancelled_waiting") and _cancelled_by_us(op, context, payload["job"].get("name")):
+        # a trigger that did not know of our cancel (another process's on_kill): ours, not the wait's end
+        kind, payload = Event.CANCELLED, {**payload, "status": Event.CANCELLED.value, "cancelled_waiting": False}
     if kind is Event.ERROR:
         return engine.JobEnded(now=at, kind=kind, job_name=payload.get("job_name"),
                                message=payload.get("message"), try_number=tried), None
@@ -56,6 +59,17 @@ def job_event(op: Any, context: Any, payload: Any) -> tuple[engine.JobEnded, End
         log_tail=log_tail, timed_out=bool(payload.get("timed_out")),
         cancelled_waiting=bool(payload.get("cancelled_waiting")), ended_at=job.end_time or job.update_time,
     ), Ended(job_kind, resource, payload.get("observed"))
+
+
+def _cancelled_by_us(op: Any, context: Any, job_name: str | None) -> bool:
+    """This task sent a cancel for the job: in this process, or recorded by an earlier on_kill."""
+    from airflow_gpu_sched.orchestration import stops
+    from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
+
+    if stops.cancelled_here(job_name):
+        return True
+    ledger = op.run_ledger if op.run_ledger is not None else SubmissionLedger.from_context(context)
+    return ledger.cancelled_by_us(job_name)
 
 
 def capacity_event(payload: Any) -> engine.CapacityEnded:

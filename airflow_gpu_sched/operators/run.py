@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from airflow_gpu_sched.operators import events, lineage, observe, region_order, vertex_calls
 from airflow_gpu_sched.operators.running import deadline, now, try_number
-from airflow_gpu_sched.orchestration import signals
+from airflow_gpu_sched.orchestration import signals, stops
 from airflow_gpu_sched.orchestration.errors import (
     BudgetExceeded,
     CapacityUnavailable,
@@ -61,12 +61,26 @@ class Finished:
 
 
 def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any = None) -> Any:
+    op.try_key = stops.key_of(context)  # what on_kill stops (orchestration/stops.py)
+    op.run_ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
+    try:
+        return _loop(op, context, ledger, event, ended)
+    except stops.TryStopped as exc:  # Airflow's own "terminated": failed, not retried, as a kill is
+        from airflow.sdk.exceptions import AirflowTaskTerminated
+
+        op.log.warning("%s", exc)
+        raise AirflowTaskTerminated(str(exc)) from None
+
+
+def _loop(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any) -> Any:
     from airflow_gpu_sched.orchestration import plan_engine as engine
 
     plan = engine_plan(op, context, ledger)
-    op.run_ledger = ledger  # one ledger for the whole loop (wait_for_job reads the bound from it)
     while True:
         action = engine.decide(plan, engine.State.of(ledger.snapshot()), event)
+        # a try told to stop acts on nothing it learns after: no create, no move, no failure read
+        # from the end of a job it cancelled itself (on_kill)
+        stops.check(op.try_key, f"acting on what came after ({type(action).__name__})")
         for effect in action.effects:
             effects()[type(effect)](op, context, ledger, effect, ended)
         if action.starts_new_run:

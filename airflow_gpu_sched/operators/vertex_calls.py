@@ -53,11 +53,13 @@ def create(op: Any, job: CustomJob, key: str, location: str, what: str) -> Any:
     """Create ``job`` (labelled with submission key ``key``) in ``location``. A create whose
     outcome is unknown may or may not have made a job: the key's label says which; only when no
     job carries it is the create sent again (at most :data:`AMBIGUOUS_CREATE_ATTEMPTS` times)."""
+    from airflow_gpu_sched.orchestration import stops
     from airflow_gpu_sched.orchestration.training_spec import job_options
     from airflow_gpu_sched.vertex.client import AmbiguousCreateError
 
     client = op.client(location)
     for attempt in range(1, AMBIGUOUS_CREATE_ATTEMPTS + 1):
+        stops.check(op.try_key, f"creating {what} in {location}")  # the one way to a create: a stopped try makes none
         try:
             return op.job_kind.create(client, op.job_kind.body(job, job_options(op)))
         except AmbiguousCreateError as exc:
@@ -72,8 +74,10 @@ def create(op: Any, job: CustomJob, key: str, location: str, what: str) -> Any:
 
 def cancel(op: Any, job_name: str) -> None:
     """Ask the service to cancel the job (of its own type)."""
+    from airflow_gpu_sched.orchestration import stops
     from airflow_gpu_sched.orchestration.job_types import job_type_of
 
+    stops.note_cancel(job_name)  # before it is sent: a cancel whose answer is lost may still land
     job_type_of(job_name).cancel(op.client(location_of(job_name)), job_name)
 
 

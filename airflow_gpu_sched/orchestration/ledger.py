@@ -17,7 +17,8 @@ clears. The ledger holds one "training run" of the task:
      "closed"}]}; written here for operators/race.py, read by plan_engine.RaceState>,
      "observed": <{job name: the states its trigger saw}>, "started_at": <when the task first
      started, for a deadline in a manual run>, "region_orders": <region_order="observed": the
-     order this run decided>, "run_budget": <run_budget=: this task's reservation>}
+     order this run decided>, "run_budget": <run_budget=: this task's reservation>,
+     "cancelled": <names of the jobs this task's on_kill cancelled: their CANCELLED is ours>}
 
 Every write of that data is a method here (the plan engine's effects, carried out by
 operators/run.py, name them): no other module touches ``data``.
@@ -101,12 +102,7 @@ class SubmissionLedger:
         return bool(self.data.get("completed"))
 
     def save(self) -> None:
-        try:
-            from airflow.sdk.execution_time.context import NEVER_EXPIRE
-
-            self._store.set(LEDGER_KEY, self.data, retention=NEVER_EXPIRE)
-        except ImportError:
-            self._store.set(LEDGER_KEY, self.data)
+        self._save_data(self.data)
 
     @property
     def job_name(self) -> str | None:
@@ -211,6 +207,25 @@ class SubmissionLedger:
         import copy
 
         return copy.deepcopy(self.data)
+
+    def note_cancel(self, job_name: str) -> None:
+        """A cancel this task sent (on_kill): the job's CANCELLED is ours, never the service's
+        verdict (outcomes.cancel_cause). Written onto what the store holds now, not this object's
+        copy, which may be older (on_kill runs in a signal handler, on the try's first object)."""
+        stored = dict(self._store.get(LEDGER_KEY) or self.data)
+        stored["cancelled"] = self.data["cancelled"] = sorted({*stored.get("cancelled", []), job_name})
+        self._save_data(stored)
+
+    def _save_data(self, data: dict[str, Any]) -> None:
+        try:
+            from airflow.sdk.execution_time.context import NEVER_EXPIRE
+
+            self._store.set(LEDGER_KEY, data, retention=NEVER_EXPIRE)
+        except ImportError:
+            self._store.set(LEDGER_KEY, data)
+
+    def cancelled_by_us(self, job_name: str | None) -> bool:
+        return bool(job_name) and job_name in self.data.get("cancelled", [])
 
     def keep_observed(self, job_name: str, observed: dict[str, Any]) -> None:
         """The states a trigger saw of ``job_name`` (saved with the next write)."""

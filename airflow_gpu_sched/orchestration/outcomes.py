@@ -59,6 +59,38 @@ def classify_failure(error: Status | None) -> Event:
     return _KIND_EVENT[kind] if kind else Event.FAILED
 
 
+class CancelCause(str, enum.Enum):
+    """Who ended a CANCELLED job (:func:`cancel_cause`)."""
+
+    OURS = "ours"  # we sent a cancel for it: on_kill, a bound, a lost race
+    WAIT_EXPIRED = "wait_expired"  # the service ended a FLEX_START wait at its maxWaitDuration
+    TIMED_OUT = "timed_out"  # the service ended it at its scheduling.timeout (variant timeoutOutcome)
+    UNKNOWN = "unknown"  # someone else (a user in the console, another tool): cancelled outside the task
+
+
+_CANCEL_EVENT = {CancelCause.OURS: Event.CANCELLED, CancelCause.UNKNOWN: Event.CANCELLED,
+                 CancelCause.TIMED_OUT: Event.FAILED, CancelCause.WAIT_EXPIRED: Event.CAPACITY_TIMEOUT}
+
+
+def cancel_cause(job: CustomJob, times: dict[str, Any] | None, ours: bool) -> CancelCause:
+    """The one rule for a CANCELLED job. A cancel we sent is ours, whatever the timestamps say (it
+    is never the service's verdict). Else the service's own end is recognised from the job's
+    timestamps, in the service's clock, against the wait it was given: ``endTime - createTime``
+    reached ``maxWaitDuration`` (FLEX_START, never seen RUNNING) is the wait's expiry; ``endTime``
+    a ``scheduling.timeout`` after the first RUNNING is the timeout. Anything else, including a
+    job that was only seen waiting and then CANCELLED early, is a cancel from outside: not a
+    capacity outcome. ``times`` None (nobody watched it): no verdict but UNKNOWN."""
+    if ours:
+        return CancelCause.OURS
+    if times is None:
+        return CancelCause.UNKNOWN
+    if state_times.ended_at_timeout(job, times):
+        return CancelCause.TIMED_OUT
+    if not state_times.seen_running(times) and state_times.ended_at_max_wait(job):
+        return CancelCause.WAIT_EXPIRED
+    return CancelCause.UNKNOWN
+
+
 def event_kind(job: CustomJob, times: dict[str, Any] | None = None, ours: bool = False) -> Event | None:
     """The event a job's state calls for, or None while it is not finished. ``times``: what the
     polls saw (:mod:`state_times`; None: not watched, e.g. found ended at a try's start);
@@ -70,14 +102,7 @@ def event_kind(job: CustomJob, times: dict[str, Any] | None = None, ours: bool =
     if state is JobState.JOB_STATE_SUCCEEDED:
         return Event.SUCCEEDED
     if state is JobState.JOB_STATE_CANCELLED:
-        if times is not None and not ours:
-            if state_times.ended_at_timeout(job, times):
-                return Event.FAILED  # the service ended it at scheduling.timeout: a timeout failure
-            if not state_times.seen_running(times) and (state_times.seen_waiting(times)
-                                                        or state_times.ended_at_max_wait(job)):
-                # Google ended the wait by cancelling (legacy maxWaitTime: "cancels it"): capacity
-                return Event.CAPACITY_TIMEOUT
-        return Event.CANCELLED
+        return _CANCEL_EVENT[cancel_cause(job, times, ours)]
     if state is JobState.JOB_STATE_FAILED:
         kind = classify_failure(job.error)
         if kind is Event.FAILED and not timed_out(job, times) and cancel_failed(job, times, ours):
@@ -141,8 +166,9 @@ def event_for_job(job: CustomJob, observed_restarts: int = 0, times: dict[str, A
     if kind is Event.SUCCEEDED and state_times.seen_cancelling(times):
         payload["cancel_ended"] = job.state.value  # it completed despite a cancel: used (docs/operators.md)
     if kind is Event.CAPACITY_TIMEOUT and job.state is JobState.JOB_STATE_CANCELLED:
-        payload["cancelled_waiting"] = True  # not by us, never seen RUNNING
-        payload["message"] = "the service cancelled the job before it was seen RUNNING (no capacity in time)"
+        payload["cancelled_waiting"] = True  # not by us, never seen RUNNING, ended at its maxWaitDuration
+        payload["message"] = ("the service cancelled the job when its maxWaitDuration ran out, before it was seen "
+                              "RUNNING (no capacity in time)")
     return payload
 
 

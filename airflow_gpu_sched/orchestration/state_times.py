@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import CustomJob, JobState, format_timestamp
+from airflow_gpu_sched.vertex.models import CustomJob, JobState, Scheduling, format_timestamp
 
 RUNNING = JobState.JOB_STATE_RUNNING.value
 CANCELLING = JobState.JOB_STATE_CANCELLING.value
@@ -79,12 +79,6 @@ def seen_cancelling(times: dict[str, Any] | None) -> bool:
     return bool(times) and CANCELLING in times["seen"]
 
 
-def seen_waiting(times: dict[str, Any] | None) -> bool:
-    """A poll saw the job wait (QUEUED/PENDING): only then can "never seen RUNNING" mean anything
-    (a watch that first saw the job ended knows nothing of how it got there)."""
-    return bool(times) and any(state in WAITING for state in times["seen"])
-
-
 def has_run(job: CustomJob, times: dict[str, Any] | None) -> bool:
     """Got capacity: RUNNING now or seen before, or ended SUCCEEDED (a job that succeeded ran,
     seen or not). Never ``startTime``: real Vertex sets it at admission."""
@@ -115,11 +109,14 @@ def ended_at_timeout(job: CustomJob, times: dict[str, Any] | None) -> bool:
 
 
 def ended_at_max_wait(job: CustomJob) -> bool:
-    """A FLEX_START job that ended when its ``maxWaitDuration`` (counted from its create) ran out:
-    the service ending the wait, whatever the polls saw of it."""
+    """A FLEX_START job that ended when its ``maxWaitDuration`` (counted from its create) ran out,
+    by the service's own ``createTime`` and ``endTime`` (its clock, not ours): the service ending
+    the wait. No ``maxWaitDuration``: the documented default (1 day); ``0s`` waits forever."""
     scheduling = job.job_spec.scheduling if job.job_spec else None
-    wait = scheduling.max_wait_duration if scheduling else None
-    strategy = getattr(scheduling.strategy, "value", scheduling.strategy) if scheduling else None
+    if scheduling is None:
+        return False
+    wait = scheduling.max_wait_duration if scheduling.max_wait_duration is not None else Scheduling.DEFAULT_MAX_WAIT
+    strategy = getattr(scheduling.strategy, "value", scheduling.strategy)
     if strategy != "FLEX_START" or not wait or job.end_time is None or job.create_time is None:
         return False
     return job.end_time - job.create_time >= wait - TIMEOUT_SLACK

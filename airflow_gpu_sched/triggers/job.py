@@ -18,6 +18,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.job_types import job_type_of
 from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
+from airflow_gpu_sched.orchestration.stops import cancelled_here, note_cancel
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too (``[triggerer] on_kill_timeout``, 30 s)
@@ -183,8 +184,9 @@ class CustomJobTrigger(BaseTrigger):
                     if view.is_terminal() or time.time() >= cancelled_at + CANCEL_SETTLE:
                         return self._bound_event(item, view, watch.observed_restarts, watch.times)
                     continue
-                if view.is_terminal():
-                    return self.job_type.event(item, watch.observed_restarts, watch.times)
+                if view.is_terminal():  # a cancel this process sent (on_kill) makes the end ours
+                    return self.job_type.event(item, watch.observed_restarts, watch.times,
+                                               ours=cancelled_here(self.job_name))
                 started = started or has_run(view, watch.times)
                 if past_running_bound(view, watch.times, self.running_by, time.time()):
                     error = await self._cancel_for_bound(view)
@@ -333,6 +335,7 @@ async def cancel_quietly(client: Any, job_name: str) -> bool:
     """Cancel; a job that already ended (400 FAILED_PRECONDITION) is not an error."""
     from airflow_gpu_sched.vertex.client import InvalidArgumentError
 
+    note_cancel(job_name)  # before it is sent: its CANCELLED is ours (orchestration/stops.py)
     try:
         await job_type_of(job_name).cancel(client, job_name)
         return True

@@ -36,6 +36,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
+from airflow_gpu_sched.orchestration.stops import cancelled_here
 from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, CustomJobTrigger, cancel_quietly
@@ -185,7 +186,9 @@ class RaceTrigger(BaseTrigger):
             view = self._view(slot, item)
             out.append(MemberSeen(index=self.indices[slot], state=view.state.value if view.state else "",
                                   ran=has_run(view, watches[slot].times), terminal=view.is_terminal(),
-                                  failed=self._kind(slot, item, watches[slot].times, slot in bounded) is Event.FAILED))
+                                  failed=self._kind(slot, item, watches[slot].times,
+                                                    slot in bounded or cancelled_here(self.job_names[slot]))
+                                  is Event.FAILED))
         return out
 
     def _wake(self, seen: list[Any], bounded: dict[int, str], decided_at: float | None,
@@ -231,7 +234,8 @@ class RaceTrigger(BaseTrigger):
                 member["job"] = public_resource(view)
                 if view.is_terminal():
                     event = self._members[slot].job_type.event(item, watches[slot].observed_restarts,
-                                                               watches[slot].times, slot in by_race or slot in bounded)
+                                                               watches[slot].times, slot in by_race or slot in bounded
+                                                               or cancelled_here(self.job_names[slot]))
                     if slot in bounded and cancel_ended(view, watches[slot].times):  # CANCELLED, or FAILED by it
                         event = {**event, "status": Event.CAPACITY_TIMEOUT.value, "message": bounded[slot],
                                  "running_bound": self.bound_reasons[slot] or "running_by"}
