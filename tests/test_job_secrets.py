@@ -29,7 +29,10 @@ TOKEN = "hf_" + secrets.token_hex(12)
 PASSWORD = 'pa"ss\\w0rd/é+' + secrets.token_hex(4)  # escaped differently by JSON, repr and URLs
 PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQ" + secrets.token_hex(8) + "\nAbCd" + secrets.token_hex(8) + \
       "\n-----END PRIVATE KEY-----"
-ENV = {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD, "SSH_KEY": PEM, "EPOCHS": "3"}
+# QUOTED: a value Vertex's error of the failed job quotes (the emulator's wording), as an error
+# that quoted the job's output would
+ENV = {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD, "SSH_KEY": PEM, "EPOCHS": "3",
+       "QUOTED": "exited with a non-zero status"}
 # stdout: plain; stderr: JSON (ASCII and not), repr, the whole environment, a URL, the key's lines
 SCRIPT = """
 import json, os, sys, urllib.parse
@@ -114,7 +117,7 @@ async def test_the_triggers_log_records_and_event_hold_no_env_value(executing, c
     assert any("[workerpool0-0 ERROR] training failed at epoch 3" in r for r in records), records
     assert not leaks("\n".join(records)), [r for r in records if leaks(r)]
     assert any("[workerpool0-0 INFO] token=*** password=***" in r for r in records), records
-    assert not leaks(json.dumps(event))
+    assert not leaks(json.dumps(event)) and "workerpool0-0 *** of 1" in event["message"], event
 
 
 @pytest.fixture

@@ -124,6 +124,9 @@ class CustomJobTrigger(BaseTrigger):
             await news.aclose()  # leave the shared poller now, not when the generator is collected
         if logs is not None:
             await logs.finish()  # the job's last lines (its exit, a traceback) before the event
+            from airflow_gpu_sched.triggers.job_secrets import cut_event
+
+            event = cut_event(event, logs.redact)  # Vertex's error may quote the job's output
             if isinstance(event.get("observed"), dict):
                 from airflow_gpu_sched.orchestration import state_times
 

@@ -63,3 +63,20 @@ async def learn(client: Any, job_name: str, masked: Any = None) -> Redactor:
     for value in redactor.secrets:
         await amask_secret(value)
     return redactor
+
+
+def cut_event(event: dict[str, Any], redact: Any) -> dict[str, Any]:
+    """The event's texts that may quote the job's output (its ``message``, the job's ``error``)
+    with the job's secrets cut: the event is logged by the triggerer and stored in
+    ``next_kwargs``. Unchanged when the secrets were not learned (``redact`` None)."""
+    if redact is None:
+        return event
+    out = dict(event)
+    if isinstance(out.get("message"), str):
+        out["message"] = redact(out["message"])
+    for key in ("job", "resource"):
+        resource = out.get(key)
+        error = resource.get("error") if isinstance(resource, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            out[key] = {**resource, "error": {**error, "message": redact(error["message"])}}
+    return out
