@@ -29,7 +29,10 @@ TOKEN = "hf_" + secrets.token_hex(12)
 PASSWORD = 'pa"ss\\w0rd/é+' + secrets.token_hex(4)  # escaped differently by JSON, repr and URLs
 PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQ" + secrets.token_hex(8) + "\nAbCd" + secrets.token_hex(8) + \
       "\n-----END PRIVATE KEY-----"
-ENV = {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD, "SSH_KEY": PEM, "EPOCHS": "3"}
+# QUOTED: a value Vertex's error of the failed job quotes (the emulator's wording), as an error
+# that quoted the job's output would
+ENV = {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD, "SSH_KEY": PEM, "EPOCHS": "3",
+       "QUOTED": "exited with a non-zero status"}
 # stdout: plain; stderr: JSON (ASCII and not), repr, the whole environment, a URL, the key's lines
 SCRIPT = """
 import json, os, sys, urllib.parse
@@ -41,6 +44,7 @@ print(json.dumps({"password": e["DB_PASSWORD"]}, ensure_ascii=False), file=sys.s
 print(repr(e["DB_PASSWORD"]), {k: e[k] for k in ("HF_TOKEN", "SSH_KEY")}, file=sys.stderr)
 print("https://hub/?p=" + urllib.parse.quote(e["DB_PASSWORD"], safe=""), file=sys.stderr)
 print("training failed at epoch " + e["EPOCHS"], file=sys.stderr)
+print("argv", sys.argv[1:], file=sys.stderr)
 sys.exit(1)
 """
 
@@ -80,12 +84,12 @@ def executing(tmp_path):
         control.reset({})  # stops the processes
 
 
-def _create(url: str) -> str:
+def _create(url: str, args: list[str] | None = None) -> str:
     import requests
 
     body = {"displayName": "prints-its-env", "jobSpec": {"workerPoolSpecs": [{
         "machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
-        "containerSpec": {"imageUri": "local", "command": [sys.executable, "-c", SCRIPT],
+        "containerSpec": {"imageUri": "local", "command": [sys.executable, "-c", SCRIPT], "args": args or [],
                           "env": [{"name": k, "value": v} for k, v in ENV.items()]}}]}}
     response = requests.post(f"{url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", json=body, timeout=5)
     response.raise_for_status()
@@ -113,7 +117,7 @@ async def test_the_triggers_log_records_and_event_hold_no_env_value(executing, c
     assert any("[workerpool0-0 ERROR] training failed at epoch 3" in r for r in records), records
     assert not leaks("\n".join(records)), [r for r in records if leaks(r)]
     assert any("[workerpool0-0 INFO] token=*** password=***" in r for r in records), records
-    assert not leaks(json.dumps(event))
+    assert not leaks(json.dumps(event)) and "workerpool0-0 *** of 1" in event["message"], event
 
 
 @pytest.fixture
@@ -170,3 +174,45 @@ def test_lines_wait_while_the_jobs_env_cannot_be_read(caplog):
     assert any("lines held back until the job's env is read" in r for r in said), said
     assert not leaks("\n".join(said)) and not any("[workerpool0-0" in r for r in said)
     assert stream.position.timestamp is None  # not moved past the held line: the next poll brings it again
+
+
+ARG_SECRET = "arg_" + secrets.token_hex(12)  # masked by Airflow in the worker, in the job's args, not its env
+
+
+def test_a_value_the_workers_masker_hides_is_cut_by_the_trigger_told_only_where(executing, capfd, monkeypatch):
+    """A sensitive Variable rendered into ``args``: the worker's masker knows it, the triggerer's
+    does not. The worker tells the trigger where in the spec it is (never what); the trigger reads
+    it from the job and cuts it from the job's lines (here the job prints its argv)."""
+    from airflow.sdk._shared.secrets_masker.secrets_masker import _secrets_masker
+    from airflow.sdk.log import mask_secret
+
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+    from airflow_gpu_sched.operators.job_logs import masked_places
+    from airflow_gpu_sched.triggers import log_tail
+
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(
+        {"conn_type": "google_cloud_platform", "extra": {"project": PROJECT, "api_endpoint": executing.url}}))
+    log_tail._IN_MEMORY.clear()
+    name = _create(executing.url, args=["--epochs=3", f"--hf-token={ARG_SECRET}"])
+    op = GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, image_uri="local",
+                             plan=[{"strategy": "SPOT"}], **A100)
+    _secrets_masker().reset_masker()  # what earlier tests' triggers registered in this process
+    assert masked_places(op, name) == []  # the masker here knows nothing of it yet
+    mask_secret(ARG_SECRET)  # as Variable.get of a sensitive name does in the worker
+    places = masked_places(op, name)
+    assert places == [[["jobSpec", "workerPoolSpecs", 0, "containerSpec", "args", 1], 11, 11 + len(ARG_SECRET)]]
+
+    trigger = CustomJobTrigger(name, poll_interval=0.05, stream_logs=True, masked=places)
+    serialized = json.dumps(trigger.serialize())
+    assert ARG_SECRET not in serialized and '"masked": [[["jobSpec"' in serialized
+    _secrets_masker().reset_masker()  # the triggerer's masker never saw it
+
+    async def drain():
+        async for fired in trigger.run():
+            return fired.payload
+    event = asyncio.run(drain())
+    captured = capfd.readouterr()
+    out = captured.out + captured.err
+    assert event["status"] == "failed" and "training failed at epoch 3" in out
+    assert ARG_SECRET not in out and ARG_SECRET not in json.dumps(event)
+    assert "'--hf-token=***'" in out, out[-3000:]

@@ -55,6 +55,36 @@ def job_cut(client: Any, job_name: str) -> Callable[[str], str]:
     return lambda text: masked(redactor(text))
 
 
+def masked_places(op: Any, job_name: str) -> list[Any] | None:
+    """Where in the job's spec (one GET of it) this worker's masker cuts something: the places a
+    trigger cuts from the job's log lines (:func:`redaction.masked_spans`), never the texts. None
+    (and a warning) when the job cannot be read: its lines are then not streamed."""
+    from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.orchestration.redaction import masked_spans
+    from airflow_gpu_sched.vertex.client import VertexError
+    from airflow_gpu_sched.vertex.resource_names import location
+
+    if not _masker_knows_anything():
+        return []  # nothing to find: no GET
+    try:
+        resource = job_type_of(job_name).get(op.client(location(job_name)), job_name)
+    except VertexError as exc:
+        log.warning("the job's log lines are not streamed to this task log: %s could not be read to learn "
+                    "which of its values are masked here: %s", job_name, exc)
+        return None
+    wire = resource.to_api() if hasattr(resource, "to_api") else resource
+    return [[list(path), start, end] for path, start, end in masked_spans(wire, masked)]
+
+
+def _masker_knows_anything() -> bool:
+    try:
+        from airflow.sdk._shared.secrets_masker.secrets_masker import _secrets_masker
+
+        return bool(_secrets_masker().patterns)
+    except Exception:  # noqa: BLE001 - another Airflow's masker: look at the job
+        return True
+
+
 def masked(text: str) -> str:
     """``text`` as Airflow's masker in this process would write it (nothing outside Airflow)."""
     try:

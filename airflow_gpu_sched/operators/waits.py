@@ -24,10 +24,16 @@ def job_trigger(op: Any, ledger: SubmissionLedger, job_name: str) -> CustomJobTr
     from airflow_gpu_sched.triggers import CustomJobTrigger
 
     running_by, why = ledger.running_bound
+    stream_logs, masked = op.stream_logs, None
+    if stream_logs:  # the trigger cuts what the masker here hides: told where, never what
+        from airflow_gpu_sched.operators.job_logs import masked_places
+
+        masked = masked_places(op, job_name)
+        stream_logs = masked is not None
     return CustomJobTrigger(job_name, op.gcp_conn_id, op.poll_interval, op.transient_error_window,
                             running_by=running_by, bound_reason=why, impersonation_chain=op.impersonation_chain,
-                            stream_logs=op.stream_logs, log_lines_per_minute=op.log_lines_per_minute,
-                            observed=ledger.observed(job_name))
+                            stream_logs=stream_logs, log_lines_per_minute=op.log_lines_per_minute,
+                            observed=ledger.observed(job_name), masked=masked)
 
 
 def capacity_trigger(op: Any, resource_name: str, job_spec_json: dict[str, Any],

@@ -9,6 +9,11 @@ every line without hiding anything), and a caller under Airflow passes the confi
 (:func:`airflow_min_length` in the triggers and operators). Values the masker never masks
 (``airflow``) are not cut either.
 
+Values Airflow's masker hides in the worker (a sensitive Variable rendered into ``args``) are
+cut too, without their text leaving the worker: the worker tells the trigger only *where* in the
+job's spec the masker cut (:func:`masked_spans`: a path and character positions), and the
+trigger reads the text at those places from the job as Vertex returns it (:func:`values_at`).
+
 Which forms (:func:`forms`): as printed (``print(token)``), JSON-escaped (``json.dumps`` of a
 dict holding it, with or without ``ensure_ascii``), Python's repr (``print(os.environ)`` or
 ``print(repr(token))``), URL-encoded (a token in a printed URL), and, for a multi-line value
@@ -19,15 +24,18 @@ May import: orchestration; never airflow.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 MIN_SECRET = 5  # Airflow's SecretsMasker.min_length_to_mask default ([logging] min_length_masked_secret)
 NEVER_MASKED = frozenset({"airflow"})  # Airflow's SECRETS_TO_SKIP_MASKING: its masker leaves it too
 MASK = "***"
+MAX_SPANS = 200  # masked places told to a trigger (its kwargs stay small; a spec has a few)
+Span = tuple[tuple[Any, ...], int, int]  # (path into the job's REST JSON, start, end) of a masked text
 
 
 def env_values(wire: Any) -> set[str]:
@@ -90,3 +98,49 @@ class Redactor:
 def redact(text: str | None, secrets: Iterable[str], min_length: int = MIN_SECRET) -> str | None:
     """``text`` with every form of every secret cut out."""
     return Redactor(secrets, min_length).text(text)
+
+
+def string_leaves(wire: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Every string in a REST JSON value, with its path (keys and list indexes)."""
+    if isinstance(wire, str):
+        yield path, wire
+    elif isinstance(wire, dict):
+        for key, value in wire.items():
+            yield from string_leaves(value, (*path, key))
+    elif isinstance(wire, list):
+        for index, value in enumerate(wire):
+            yield from string_leaves(value, (*path, index))
+
+
+def cut_spans(original: str, redacted: str) -> list[tuple[int, int]]:
+    """Where ``redacted`` (``original`` with secrets replaced by ``***``) differs: the cut parts."""
+    ops = difflib.SequenceMatcher(None, original, redacted, autojunk=False).get_opcodes()
+    return [(i1, i2) for tag, i1, i2, _, _ in ops if tag in ("replace", "delete") and i2 > i1]
+
+
+def masked_spans(wire: Any, mask: Callable[[str], str]) -> list[Span]:
+    """Where ``mask`` (Airflow's masker in the worker) cuts something in a job's REST JSON: the
+    places, never the texts (at most :data:`MAX_SPANS`)."""
+    found: list[Span] = []
+    for path, text in string_leaves(wire):
+        masked = mask(text)
+        if masked != text:
+            found += [(path, start, end) for start, end in cut_spans(text, masked)]
+    return found[:MAX_SPANS]
+
+
+def values_at(wire: Any, spans: Iterable[Any]) -> set[str]:
+    """The texts at ``spans`` (:func:`masked_spans`, as JSON lists) in a job's REST JSON; a place
+    the job does not have is skipped."""
+    found: set[str] = set()
+    for span in spans or ():
+        try:
+            path, start, end = span
+            value = wire
+            for key in path:
+                value = value[key]
+            if isinstance(value, str) and isinstance(start, int) and isinstance(end, int) and 0 <= start < end:
+                found.add(value[start:end])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return found

@@ -70,7 +70,8 @@ class CustomJobTrigger(BaseTrigger):
                  transient_error_window: float = TRANSIENT_ERROR_WINDOW, observed_restarts: int = 0,
                  polling: str = BATCHED, running_by: float | None = None, bound_reason: str | None = None,
                  impersonation_chain: str | list[str] | None = None, stream_logs: bool = False,
-                 log_lines_per_minute: int | None = None, observed: dict[str, Any] | None = None):
+                 log_lines_per_minute: int | None = None, observed: dict[str, Any] | None = None,
+                 masked: list[Any] | None = None):
         super().__init__()
         if polling not in (BATCHED, PER_JOB):
             raise ValueError(f"polling must be {BATCHED!r} or {PER_JOB!r} (got {polling!r})")
@@ -89,6 +90,8 @@ class CustomJobTrigger(BaseTrigger):
         self._cancel_note = ""
         self.job_type = job_type_of(job_name)
         self.observed = observed  # the states an earlier watch saw (a race's): go on from them
+        # where in the job's spec the worker's masker cut (places, never texts: triggers/job_secrets.py)
+        self.masked = [[list(path), int(start), int(end)] for path, start, end in masked] if masked else None
         self._logged_states: dict[str, Any] = {}  # state -> first time Vertex's log entries gave
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -98,6 +101,7 @@ class CustomJobTrigger(BaseTrigger):
             "polling": self.polling, "running_by": self.running_by, "bound_reason": self.bound_reason,
             "impersonation_chain": self.impersonation_chain, "stream_logs": self.stream_logs,
             "log_lines_per_minute": self.log_lines_per_minute, "observed": self.observed,
+            **({"masked": self.masked} if self.masked is not None else {}),  # as an older version stored it
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -121,6 +125,9 @@ class CustomJobTrigger(BaseTrigger):
             await news.aclose()  # leave the shared poller now, not when the generator is collected
         if logs is not None:
             await logs.finish()  # the job's last lines (its exit, a traceback) before the event
+            from airflow_gpu_sched.triggers.job_secrets import cut_event
+
+            event = cut_event(event, logs.redact)  # Vertex's error may quote the job's output
             if isinstance(event.get("observed"), dict):
                 from airflow_gpu_sched.orchestration import state_times
 

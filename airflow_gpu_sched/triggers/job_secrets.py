@@ -9,6 +9,11 @@ rule of :mod:`airflow_gpu_sched.orchestration.redaction` from each line it write
 registers them with Airflow's masker in that process (which may not reach the handler that
 writes a trigger's log file: the cut is ours either way).
 
+What Airflow's masker hides in the worker but is not in the env (a sensitive Variable rendered
+into ``args``) the worker tells as places in the job's spec, never as text (the trigger's
+``masked`` kwarg, :func:`airflow_gpu_sched.orchestration.redaction.masked_spans`); the texts
+there are read from the job here and cut the same way.
+
 The minimum length is Airflow's (``[logging] min_length_masked_secret``, as the masker in this
 process was configured), so a value the masker would hide is cut, and one it leaves is left.
 
@@ -20,7 +25,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from airflow_gpu_sched.orchestration.redaction import MIN_SECRET, Redactor, env_values, maskable
+from airflow_gpu_sched.orchestration.redaction import MIN_SECRET, Redactor, env_values
 
 
 def airflow_min_length() -> int:
@@ -42,20 +47,36 @@ def job_redactor(job_wire: Any) -> Redactor:
     return Redactor(env_values(job_wire), airflow_min_length())
 
 
-def masked_values(job_wire: Any) -> set[str]:
-    """The job's env values the masker would take (long enough, not ``airflow``)."""
-    minimum = airflow_min_length()
-    return {v for v in env_values(job_wire) if maskable(v, minimum)}
-
-
-async def learn(client: Any, job_name: str) -> Redactor:
-    """GET the job; register its env values with Airflow's masker; the cut of them. A
-    :class:`VertexError` (the job unreadable) goes to the caller, which writes nothing meanwhile."""
+async def learn(client: Any, job_name: str, masked: Any = None) -> Redactor:
+    """GET the job; register its env values, and the texts at ``masked`` (the places in its spec
+    Airflow's masker cut in the worker, :func:`redaction.masked_spans`), with Airflow's masker
+    here; the cut of them all. A :class:`VertexError` (the job unreadable) goes to the caller,
+    which writes nothing meanwhile."""
     from airflow_gpu_sched.orchestration.job_types import job_type_of
+    from airflow_gpu_sched.orchestration.redaction import values_at
     from airflow_gpu_sched.vertex.client.auth import amask_secret
 
     resource = await job_type_of(job_name).get(client, job_name)
     wire = resource.to_api() if hasattr(resource, "to_api") else resource
-    for value in masked_values(wire):
+    redactor = job_redactor(wire)
+    redactor.add(values_at(wire, masked or ()))
+    for value in redactor.secrets:
         await amask_secret(value)
-    return job_redactor(wire)
+    return redactor
+
+
+def cut_event(event: dict[str, Any], redact: Any) -> dict[str, Any]:
+    """The event's texts that may quote the job's output (its ``message``, the job's ``error``)
+    with the job's secrets cut: the event is logged by the triggerer and stored in
+    ``next_kwargs``. Unchanged when the secrets were not learned (``redact`` None)."""
+    if redact is None:
+        return event
+    out = dict(event)
+    if isinstance(out.get("message"), str):
+        out["message"] = redact(out["message"])
+    for key in ("job", "resource"):
+        resource = out.get(key)
+        error = resource.get("error") if isinstance(resource, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            out[key] = {**resource, "error": {**error, "message": redact(error["message"])}}
+    return out

@@ -293,7 +293,8 @@ class JobLogStream:
         if self.redact is not None:
             return True
         try:
-            self.redact = await learn(await self._client_factory(), self.job_name)
+            self.redact = await learn(await self._client_factory(), self.job_name,
+                                      getattr(self.trigger, "masked", None))
         except VertexError as exc:
             if not self._secrets_warned:
                 self.trigger.log.warning("job log: lines held back until the job's env is read (none of its values "

@@ -1,8 +1,10 @@
 """A job that prints its env's secret, deployed (issue 37, part 3): a Variable
 (``AIRFLOW_VAR_HF_TOKEN``, a name Airflow's masker treats as sensitive) rendered into the job's
-``env``; the emulator runs the job's command (``--execute``), which prints the secret on stdout
-and stderr (plain, JSON, repr) while it runs and as it fails. A real triggerer tails the lines
-(it never read the Variable); the worker reads the failure's last lines. The secret must be in no
+``env`` and ``args``; the emulator runs the job's command (``--execute``), which prints the secret on stdout
+and stderr (plain, JSON, repr, its argv) while it runs and as it fails. A second Variable
+(``AIRFLOW_VAR_API_SECRET``) is rendered into ``args`` only: the worker's masker hides it, and the
+trigger is told where in the spec, never what. A real triggerer tails the lines (it never read the
+Variables); the worker reads the failure's last lines. The secret must be in no
 file under AIRFLOW_HOME (the trigger's log file, the task log, the components' stdout/stderr), no
 table of the metadata database, no XCom the REST API serves; the lines themselves must be there.
 """
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.e2e
 
 DAG_ID = "e2e_security_printed"
 SECRET = "hf_printed_" + secrets.token_hex(16)
+ARG_SECRET = "api_printed_" + secrets.token_hex(16)  # a second Variable, rendered into args only
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,8 @@ def deployment(tmp_path_factory):
     scenario = Scenario(execute=True, execute_root=str(root / "vertex"))
     with EmulatorServer(scenario) as emulator, PostgresCluster() as pg:
         conn = {"conn_type": "google_cloud_platform", "extra": {"project": PROJECT, "api_endpoint": emulator.url}}
-        env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn), "AIRFLOW_VAR_HF_TOKEN": SECRET}
+        env = {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn), "AIRFLOW_VAR_HF_TOKEN": SECRET,
+               "AIRFLOW_VAR_API_SECRET": ARG_SECRET}
         with AirflowDeployment(root / "home", pg.url, dags, env) as airflow:
             airflow.emulator, airflow.pg = EmulatorControl(emulator.url), pg
             yield airflow
@@ -67,7 +71,8 @@ def test_a_secret_the_job_prints_on_both_streams_reaches_no_log(deployment):
     outputs = {"metadata DB (every table)": _dump_db(airflow.pg), "XCom (REST API)": _xcoms(airflow, run_id)}
     for path in sorted(p for p in airflow.home.rglob("*") if p.is_file()):
         outputs[str(path.relative_to(airflow.home))] = path.read_text(errors="replace")
-    forms = {SECRET, json.dumps(SECRET)[1:-1], repr(SECRET)}
+    assert ours[0]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] == [f"--api-secret={ARG_SECRET}"]
+    forms = {SECRET, json.dumps(SECRET)[1:-1], repr(SECRET), ARG_SECRET}
     leaked = sorted(name for name, text in outputs.items() if any(f in text for f in forms))
     assert not leaked, f"the secret the job printed is in: {leaked}"
 
@@ -82,3 +87,5 @@ def test_a_secret_the_job_prints_on_both_streams_reaches_no_log(deployment):
     task_logs = "\n".join(text for name, text in outputs.items() if "task_id=train" in name and ".trigger." not in name)
     assert "TrainingJobFailedNoRetry" in task_logs and "last 3 log line(s) of workerpool0-0" in task_logs
     assert "training failed at epoch 3" in task_logs and "token=***" in task_logs
+    # the Variable in args (not in env): the worker's masker hid it; the trigger was told where
+    assert "[workerpool0-0 ERROR] argv ['--api-secret=***']" in tailed, tailed[-4000:]
