@@ -299,6 +299,22 @@ def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_
                              "--api-endpoint", airflow.url, "-o", "yaml"],
                             capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0 and yaml.safe_load(listed.stdout) == []
+    # no -o: a table, as --help says (issue 41: exit 2, "output: None is not one of table, ...")
+    table = subprocess.run([_airflow(), "gpu-sched", "jobs", "list", "--location", LOCATION,
+                            "--api-endpoint", airflow.url], capture_output=True, text=True, env=env, timeout=120)
+    assert table.returncode == 0 and table.stdout == "(none)\n", table.stderr
+
+
+@pytest.mark.parametrize("argv", [["jobs", "list", "--location", LOCATION], ["jobs", "orphans", "--location", LOCATION],
+                                  ["plan", "check", "f.py"], ["quota", "check"]])
+def test_every_listing_under_airflow_defaults_to_a_table(airflow_db, argv):
+    """Airflow's CLI adds a command's options sorted by name, --json before --output: argparse took
+    the shared dest's default from --json (None) and every listing without -o failed (issue 41)."""
+    from airflow.cli import cli_parser
+
+    args = cli_parser.get_parser().parse_args(["gpu-sched", *argv])
+    assert args.output == "table"
+    assert cli_parser.get_parser().parse_args(["gpu-sched", *argv, "--json"]).output == "json"
 
 
 def _job(**labels):

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_gpu_sched import __version__
 from airflow_gpu_sched.tools.exit_codes import BUG, INTERRUPTED, ApiError, UsageError, classify
-from airflow_gpu_sched.tools.output import OUTPUT_ARGS, emit
+from airflow_gpu_sched.tools.output import OUTPUT_ARGS, emit, printable
 
 DESCRIPTION = """\
 Run GPU training on scarce Vertex AI capacity from Airflow: the local Vertex AI emulator, the
@@ -153,8 +153,8 @@ def reported(func: Any) -> Any:
                 print(f"error: an unexpected {type(exc).__name__}: a bug in airflow-gpu-sched {__version__}, "
                       "please report it with the traceback above", file=sys.stderr)
                 return BUG
-            code, message = verdict
-            print(f"error: {message}", file=sys.stderr)
+            code, message = verdict  # it may quote an endpoint's words: escaped, its line breaks kept
+            print("error: " + "\n".join(printable(line) for line in message.split("\n")), file=sys.stderr)
             return code
 
     command.__name__ = func.__name__
@@ -195,7 +195,7 @@ def _jobs_orphans(args: argparse.Namespace) -> int:
             print("nothing cancelled", file=sys.stderr)
             return 1
     for orphan in orphans:
-        print(platform.cancel_job(client, orphan.job.name), file=sys.stderr)
+        print(printable(platform.cancel_job(client, orphan.job.name)), file=sys.stderr)
     return 0
 
 
@@ -271,7 +271,18 @@ def _platform_commands(sub: Any) -> None:
             command = group_sub.add_parser(name, help=help_text, description=help_text)
             for flags, options in arguments:
                 command.add_argument(*flags, **options)
-            command.set_defaults(func=reported(func))
+            command.set_defaults(func=reported(_logs_on_stderr(func)))
+
+
+def _logs_on_stderr(func: Any) -> Any:
+    def command(args: argparse.Namespace) -> int:
+        from airflow_gpu_sched.tools import platform
+
+        platform.logs_to_stderr()  # before anything logs: stdout carries the rows only
+        return func(args)
+
+    command.__name__ = func.__name__
+    return command
 
 
 def main(argv: list[str] | None = None) -> int:

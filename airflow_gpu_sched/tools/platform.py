@@ -27,13 +27,26 @@ from typing import Any, Iterable, Iterator
 from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
 from airflow_gpu_sched.orchestration.orphans import (  # noqa: F401 (the decision, re-exported)
     ALIVE_STATES, MANAGED_FILTER, JobRow, Orphan, TaskInstanceRow, find_orphans, label_value, link_children)
-from airflow_gpu_sched.tools.exit_codes import UsageError
+from airflow_gpu_sched.tools.exit_codes import ApiError, UsageError
+
 
 class CommandError(UsageError):
     """What the user must fix (a connection, a file): printed as ``error: ...``, exit 2."""
 
 
 WAIT_SECONDS = 20.0  # --wait: how long a command retries an unreachable or overloaded endpoint
+
+
+def logs_to_stderr() -> None:
+    """Every log line on stderr: stdout is the command's output (``-o json | jq``). Importing Airflow
+    configures its logging with a console handler on stdout (``airflow`` itself moves it for
+    commands with ``-o``; ``airflow-gpu-sched`` must do the same): a secrets-masker warning
+    printed while a connection was read once came out ahead of the JSON."""
+    import airflow  # noqa: F401 (its import configures the handlers this moves)
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
 
 
 def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None,
@@ -82,11 +95,33 @@ def _name(value: Any) -> str | None:
     return None if value is None else getattr(value, "value", None) or str(value)
 
 
+MAX_PAGES = 200  # x PAGE_SIZE: 100,000 jobs of one type in one region before a listing gives up
+PAGE_SIZE = 500
+
+
+class EndlessListing(ApiError):
+    """The endpoint kept answering a nextPageToken: exit 3 (docs/cli.md)."""
+
+
+def list_all(client: Any, job_type: Any, flt: str = MANAGED_FILTER, max_pages: int = MAX_PAGES) -> Iterator[Any]:
+    """Every resource of one type matching ``flt``, page after page, bounded: a token the endpoint
+    gave before (it would loop) or more than ``max_pages`` pages ends it with :class:`EndlessListing`."""
+    token, seen = None, set()
+    for _ in range(max_pages):
+        page = job_type.list_page(client, flt, PAGE_SIZE, token)
+        yield from job_type.items(page)
+        if not (token := page.next_page_token):
+            return
+        if token in seen:
+            raise EndlessListing(f"listing {job_type.key}s: the endpoint answered a nextPageToken it had given "
+                                 f"before: it would page forever (stopped after {len(seen) + 1} pages)")
+        seen.add(token)
+    raise EndlessListing(f"listing {job_type.key}s: more than {max_pages} pages of {PAGE_SIZE}: stopped (an "
+                         "endpoint that never stops paging, or a filter to narrow with --job-type)")
+
+
 def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
-    rows = []
-    for job_type in job_types:
-        for resource in getattr(client, f"list_{job_type.key}s")(filter=MANAGED_FILTER):
-            rows.append(job_row(job_type, resource))
+    rows = [job_row(job_type, resource) for job_type in job_types for resource in list_all(client, job_type)]
     return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
 
 
