@@ -168,7 +168,8 @@ def _job_types(args: argparse.Namespace) -> list:
 
 
 JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "job_type",
-               "name"]
+               "deployment", "name"]
+ORPHAN_COLUMNS = ["dag", "task", "map_index", "run", "state", "owner", "deployment", "why", "name"]
 
 
 def _jobs_list(args: argparse.Namespace) -> int:
@@ -181,20 +182,26 @@ def _jobs_list(args: argparse.Namespace) -> int:
 def _jobs_orphans(args: argparse.Namespace) -> int:
     from airflow_gpu_sched.tools import platform
 
+    mine = platform.this_deployment()
     client = _client(args)
     jobs = [job for job in platform.list_jobs(client, _job_types(args)) if job.active]
     tis = platform.read_task_instances({job.dag for job in jobs if job.dag})
-    orphans = platform.find_orphans(jobs, tis)
-    rows = [{**platform.asdict(o.job), "why": o.why} for o in orphans]
-    emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.output)
-    if not args.cancel or not orphans:
+    orphans = platform.find_orphans(jobs, tis, mine)
+    emit(platform.orphan_rows(orphans), ORPHAN_COLUMNS, args.output)
+    if foreign := [o for o in orphans if not o.cancellable]:
+        print(f"{len(foreign)} of these job(s) belong to another deployment or to none known: never cancelled "
+              f"here (this deployment is {mine or 'not known yet: no job submitted with its id'}: "
+              "[gpu_sched] deployment_id or the Variable airflow_gpu_sched_deployment_id, docs/reaper.md)",
+              file=sys.stderr)
+    own = [o for o in orphans if o.cancellable]
+    if not args.cancel or not own:
         return 0
     if not args.yes:
-        print(f"Cancel {len(orphans)} job(s)? [y/N] ", end="", flush=True, file=sys.stderr)
+        print(f"Cancel {len(own)} job(s) of this deployment? [y/N] ", end="", flush=True, file=sys.stderr)
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             print("nothing cancelled", file=sys.stderr)
             return 1
-    for orphan in orphans:
+    for orphan in own:
         print(printable(platform.cancel_job(client, orphan.job.name)), file=sys.stderr)
     return 0
 

@@ -4,8 +4,9 @@ Each command is a pure part (rows from jobs, task instances or operators) and a 
 that reads Vertex AI (the client), the Airflow metadata DB (its ORM session) or a DAG file
 (Airflow's DagBag), and prints its rows (``tools/output.py``: ``-o table|json|yaml|plain``).
 
-Which task instance owns a job: the operators label every job with ``managed-by``,
-``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
+Which deployment owns a job: its ``airflow-deployment`` label (``orchestration/deployment.py``);
+``jobs orphans`` judges and cancels this deployment's jobs only. Which task instance owns a job:
+the operators label every job with ``managed-by``, ``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
 ``airflow-try`` (see ``orchestration/training_spec.py`` ``labels``). Label values are lowercased and cut to
 63 characters, so a job is matched to the task instances whose ids give the same label values.
 A job with no ``airflow-run`` label (submitted before the label existed) is matched to that
@@ -24,6 +25,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
+from airflow_gpu_sched.orchestration.deployment import DEPLOYMENT_LABEL, OTHER, THIS, UNKNOWN
 from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
 from airflow_gpu_sched.orchestration.orphans import (  # noqa: F401 (the decision, re-exported)
     ALIVE_STATES, MANAGED_FILTER, JobRow, Orphan, TaskInstanceRow, find_orphans, label_value, link_children)
@@ -88,7 +90,8 @@ def job_row(job_type: Any, resource: Any) -> JobRow:
                   run=labels.get("airflow-run"), try_number=labels.get("airflow-try"),
                   strategy=_name(strategy) or "STANDARD",  # no strategy given: on-demand VMs
                   state=_name(view.state), created=when(view.create_time), started=when(view.start_time),
-                  ended=when(view.end_time), submission=labels.get(SUBMISSION_LABEL))
+                  ended=when(view.end_time), submission=labels.get(SUBMISSION_LABEL),
+                  deployment=labels.get(DEPLOYMENT_LABEL))
 
 
 def _name(value: Any) -> str | None:
@@ -140,6 +143,28 @@ def cancel_job(client: Any, name: str) -> str:
     return f"cancel requested: {name}"
 
 # ---------------------------------------------------------------------------------- jobs orphans
+
+def this_deployment() -> str | None:
+    """This deployment's id (``[gpu_sched] deployment_id``, else the Variable in the metadata DB;
+    docs/reaper.md); None before any job was submitted with the Variable. A bad one raises
+    DeploymentIdError, a ValueError: exit 2."""
+    from airflow_gpu_sched.orchestration import deployment
+
+    return deployment.read_from_database()
+
+
+NOT_CANCELLED = {
+    OTHER: "not cancelled: another deployment's job (its own reaper and `jobs orphans` judge it)",
+    UNKNOWN: ("not cancelled: no airflow-deployment label (submitted before the label existed, or by "
+              "another tool); if it is yours, cancel it by name: gcloud ai custom-jobs cancel NAME --region R"),
+}
+
+
+def orphan_rows(orphans: list[Orphan]) -> list[dict[str, Any]]:
+    """This deployment's orphans first (the ones ``--cancel`` cancels), then the others', marked."""
+    ordered = sorted(orphans, key=lambda o: not o.cancellable)
+    return [{**asdict(o.job), "owner": o.owner,
+             "why": o.why if o.cancellable else f"{o.why}; {NOT_CANCELLED[o.owner]}"} for o in ordered]
 
 def read_task_instances(dag_labels: set[str]) -> list[TaskInstanceRow]:
     """The task instances of the DAGs whose ids give these label values, from the metadata DB."""
