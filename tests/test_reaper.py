@@ -321,3 +321,22 @@ async def test_without_an_id_and_outside_a_triggerer_the_reaper_cancels_nothing(
                     grace=0, clock=Clock())
     client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emu.url)
     assert await reaper.reap_once(client) == [] and reaper.deployment is None and reaper.calls == 0
+
+
+async def test_a_list_that_never_ends_gives_the_pass_up():
+    """An endpoint that answers the same nextPageToken forever: the pass stops on the repeat (it
+    paged on forever before), cancels nothing, and maybe_reap keeps the poll alive."""
+    from tests.test_cli_hostile import Hostile
+
+    server = Hostile("same")
+    try:
+        client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=server.url)
+        clock = Clock()
+        reaper = Reaper(CUSTOM_JOB, States({}), interval=1, grace=0, clock=clock, deployment="tests")
+        with pytest.raises(RuntimeError, match="did not end"):
+            await reaper.reap_once(client)
+        assert server.requests == 2 == reaper.calls
+        clock.now += 5  # a pass is due
+        assert await reaper.maybe_reap(client) == [] and server.requests == 4  # logged, not raised
+    finally:
+        server.close()
