@@ -58,6 +58,19 @@ def config() -> dict:
             "type": "string",
             "example": "console.cloud.google.com",
             "default": console.DEFAULT_DOMAIN,
+        }, "deployment_id": {
+            "description": "This Airflow deployment's id, set as the label airflow-deployment on every job "
+                           "it submits: the reaper and jobs orphans act only on jobs with their own "
+                           "deployment's id (docs/reaper.md), so two deployments sharing a Google Cloud "
+                           "project never cancel each other's jobs. Lowercase letters, digits, - and "
+                           "underscore, at most 63 characters; the same in every component (scheduler, "
+                           "workers, triggerers). Empty: the Airflow Variable airflow_gpu_sched_deployment_id, "
+                           "which the first task to submit a job creates (dep- and 16 random hex digits), "
+                           "kept in this deployment's metadata database.",
+            "version_added": "0.2.0",
+            "type": "string",
+            "example": "prod-eu",
+            "default": "",
         }, "reaper_interval": {
             "description": "Seconds between two passes of the triggerer's reaper (docs/reaper.md): each "
                            "shared poller lists this package's active jobs of its region and cancels those "

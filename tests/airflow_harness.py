@@ -69,6 +69,10 @@ def set_airflow_env(path: str | os.PathLike) -> Path:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
             # as a team that runs a triggerer sets it: the operators' deferrable default reads it
             "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
+            # many tests call an operator's execute() outside a task runtime, where the default (a
+            # Variable read through the Execution API) cannot be read: the option, as a team may set
+            # it (tests of the Variable delete it; the deployed tests get the Variable)
+            "AIRFLOW__GPU_SCHED__DEPLOYMENT_ID": "tests",
         }
     )
     return home

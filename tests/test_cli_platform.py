@@ -146,7 +146,7 @@ def test_orphans_cancel_asks_first_and_no_cancels_nothing(held, capsys, monkeypa
 
     monkeypatch.setattr("sys.stdin", io.StringIO("\n"))  # Enter: the default, No
     code, _, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel")
-    assert code == 1 and "Cancel 1 job(s)? [y/N]" in err and "nothing cancelled" in err
+    assert code == 1 and "Cancel 1 job(s) of this deployment? [y/N]" in err and "nothing cancelled" in err
     assert _state(held, name) not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
 
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
@@ -170,6 +170,78 @@ def test_a_job_whose_run_was_deleted_is_an_orphan(held, capsys):
     assert len(orphans) == 1, [(j["name"], j["state"], j.get("labels")) for j in _every_job(held)]
     [orphan] = orphans
     assert orphan["dag"] == "cli_run_deleted" and orphan["why"] == "no task instance of it in the metadata DB"
+
+
+def _labelled_job(emulator, **labels: str) -> str:
+    """A job by hand, labelled as the operator labels its jobs (``labels`` on top)."""
+    body = {"displayName": "by-hand", "labels": {"managed-by": "airflow-gpu-sched", "airflow-task": "train",
+                                                 "airflow-try": "1", **labels},
+            "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+                                             "containerSpec": {"imageUri": "gcr.io/p/x"}}]}}
+    return requests.post(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs", timeout=5,
+                         json=body).json()["name"]
+
+
+def test_orphans_cancels_only_this_deployments_jobs_in_a_shared_project(held, capsys, monkeypatch):
+    """Staging and prod share the project and the DAG. Staging's `jobs orphans --cancel` must not
+    cancel prod's job of a run staging also ran (its copy failed), nor prod's job of a run staging
+    never had, nor a job with no deployment label: they are shown, marked, never cancelled."""
+    from airflow_gpu_sched.orchestration.orphans import label_value
+
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", "prod")
+    result = run_dag(_dies_after_create_dag("cli_shared"), logical_date=START)  # the run, as staging has it too
+    [prod_same_run] = [j["name"] for j in _every_job(held)]
+    run = label_value(result.run_id)
+    prod_other_run = _labelled_job(held, **{"airflow-dag": "cli_shared", "airflow-run": "scheduled__elsewhere",
+                                            "airflow-deployment": "prod"})
+    legacy = _labelled_job(held, **{"airflow-dag": "cli_shared", "airflow-run": run})  # before the label existed
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", "staging")
+    own = _labelled_job(held, **{"airflow-dag": "cli_shared", "airflow-run": run, "airflow-deployment": "staging"})
+
+    code, out, err = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert code == 0 and list(rows)[0] == own  # this deployment's first
+    assert {name: (row["owner"], row["deployment"]) for name, row in rows.items()} == {
+        own: ("this deployment", "staging"), prod_same_run: ("other deployment", "prod"),
+        prod_other_run: ("other deployment", "prod"), legacy: ("unknown", None)}
+    assert "another deployment's job" in rows[prod_other_run]["why"]
+    assert "no airflow-deployment label" in rows[legacy]["why"] and "gcloud ai custom-jobs cancel" in rows[legacy]["why"]
+    assert "3 of these job(s) belong to another deployment or to none known" in err and "staging" in err
+
+    code, out, err = cli(capsys, "jobs", "orphans", *WHERE, "--cancel", "--yes")
+    assert code == 0 and err.count("cancel requested") == 1 and f"cancel requested: {own}" in err
+    assert _state(held, own) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    for name in (prod_same_run, prod_other_run, legacy):
+        assert _state(held, name) not in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"), name
+    assert held.stats()["cancels"] == 1
+
+
+def test_jobs_are_labelled_with_the_deployment_that_created_them(held, capsys, monkeypatch):
+    """Unset, the id is the Variable the first submitting task creates; the CLI reads the same one
+    from the database; set, the option wins; a bad one fails the task before any call."""
+    from airflow_gpu_sched.orchestration import deployment
+
+    monkeypatch.delenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", raising=False)
+    run_dag(_dies_after_create_dag("cli_labelled_first"), logical_date=START)
+    run_dag(_dies_after_create_dag("cli_labelled_again"), logical_date=START)
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", "prod-eu")
+    run_dag(_dies_after_create_dag("cli_labelled_set"), logical_date=START)
+    labelled = {j["labels"]["airflow-dag"]: j["labels"]["airflow-deployment"] for j in _every_job(held)}
+    monkeypatch.delenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID")
+    mine = deployment.read_from_database()
+    assert mine.startswith("dep-") and len(mine) == 20
+    assert labelled == {"cli_labelled_first": mine, "cli_labelled_again": mine, "cli_labelled_set": "prod-eu"}
+    code, out, _ = cli(capsys, "jobs", "orphans", *WHERE, "-o", "json")  # the CLI finds them its own
+    assert code == 0 and {r["dag"]: r["owner"] for r in json.loads(out)} == {
+        "cli_labelled_first": "this deployment", "cli_labelled_again": "this deployment",
+        "cli_labelled_set": "other deployment"}
+
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", "Prod EU")  # refused, named, before any call
+    result = run_dag(_dies_after_create_dag("cli_labelled_bad"), logical_date=START)
+    assert result["train"].state == "failed" and "cli_labelled_bad" not in {
+        j["labels"]["airflow-dag"] for j in _every_job(held)}
+    code, _, err = cli(capsys, "jobs", "orphans", *WHERE)
+    assert code == 2 and "[gpu_sched] deployment_id" in err and "is not a label value" in err
 
 
 DAG_FILE = """
@@ -299,6 +371,22 @@ def test_the_airflow_cli_has_the_same_commands_as_a_provider_group(airflow, tmp_
                              "--api-endpoint", airflow.url, "-o", "yaml"],
                             capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0 and yaml.safe_load(listed.stdout) == []
+    # no -o: a table, as --help says (issue 41: exit 2, "output: None is not one of table, ...")
+    table = subprocess.run([_airflow(), "gpu-sched", "jobs", "list", "--location", LOCATION,
+                            "--api-endpoint", airflow.url], capture_output=True, text=True, env=env, timeout=120)
+    assert table.returncode == 0 and table.stdout == "(none)\n", table.stderr
+
+
+@pytest.mark.parametrize("argv", [["jobs", "list", "--location", LOCATION], ["jobs", "orphans", "--location", LOCATION],
+                                  ["plan", "check", "f.py"], ["quota", "check"]])
+def test_every_listing_under_airflow_defaults_to_a_table(airflow_db, argv):
+    """Airflow's CLI adds a command's options sorted by name, --json before --output: argparse took
+    the shared dest's default from --json (None) and every listing without -o failed (issue 41)."""
+    from airflow.cli import cli_parser
+
+    args = cli_parser.get_parser().parse_args(["gpu-sched", *argv])
+    assert args.output == "table"
+    assert cli_parser.get_parser().parse_args(["gpu-sched", *argv, "--json"]).output == "json"
 
 
 def _job(**labels):
@@ -439,7 +527,7 @@ def test_every_listing_format_and_the_deprecated_json_alias(vertex_conn):
 
 
 JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended",
-               "job_type", "name"]
+               "job_type", "deployment", "name"]
 
 
 def _free_port() -> int:

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from airflow_gpu_sched.orchestration import deployment as deployments
 from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB
 from airflow_gpu_sched.tools.platform import JobRow, Orphan
 from airflow_gpu_sched.triggers import CustomJobTrigger
@@ -23,8 +24,13 @@ RUN = "manual__2026-12-02T10:00:00+00:00"
 RUN_LABEL = "manual__2026-12-02t10-00-00-00-00"
 
 
-def _job(emulator, dag="train_dag", task="train", run=RUN_LABEL, try_number="1", run_seconds=100_000) -> str:
+def _job(emulator, dag="train_dag", task="train", run=RUN_LABEL, try_number="1", run_seconds=100_000,
+         deployment: str | None = "") -> str:
+    """A job as the operator labels it; ``deployment`` "": this deployment's (the test's config),
+    None: no airflow-deployment label (a job submitted before the label existed)."""
     labels = {"managed-by": "airflow-gpu-sched", "airflow-dag": dag, "airflow-task": task, "airflow-try": try_number}
+    if deployment is not None:
+        labels["airflow-deployment"] = deployment or deployments.configured()
     if run:
         labels["airflow-run"] = run
     body = {"displayName": "r", "labels": labels, "jobSpec": {"workerPoolSpecs": [{
@@ -74,6 +80,12 @@ async def _passes(reaper: Reaper, clock: Clock, count: int, step: float) -> list
 
 
 _EMULATOR_URL: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def this_deployment(monkeypatch):
+    """The reapers here run outside a triggerer (no Variable to read): the id from the option."""
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", "test-deployment")
 
 
 @pytest.fixture
@@ -252,3 +264,79 @@ def test_the_settings_come_from_gpu_sched_with_the_provider_defaults(monkeypatch
     monkeypatch.setenv("AIRFLOW__GPU_SCHED__REAPER_INTERVAL", "2")
     monkeypatch.setenv("AIRFLOW__GPU_SCHED__REAPER_GRACE", "not a number")
     assert reaper_module.settings() == (2.0, reaper_module.DEFAULT_GRACE)
+
+
+# ---------------------------------------------------------------------------------- two deployments, one project
+
+ACTIVE = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING")
+
+
+@pytest.mark.parametrize("staging_states", [
+    {RUN: {"train": "failed"}},  # staging ran the same DAG run, and its copy ended
+    {"manual__other": {"train": "success"}},  # staging has no such run
+], ids=["staging-copy-ended", "staging-has-no-such-run"])
+async def test_a_deployment_reaps_only_its_own_jobs_in_a_shared_project(emu, monkeypatch, caplog, staging_states):
+    """Staging and prod share the project, the region and the DAG: staging's reaper must never
+    cancel prod's running job, nor a job with no deployment label; it still reaps its own orphan."""
+    prods = _job(emu, deployment="prod")  # prod's task is deferred on it
+    legacy = _job(emu, deployment=None, task="old")  # submitted before the label existed; its task failed
+    stagings = _job(emu, deployment="staging", task="eval")  # staging's own orphan
+    clock = Clock()
+    staging = Reaper(CUSTOM_JOB, States({
+        ("train_dag", "train"): staging_states, ("train_dag", "old"): {RUN: {"old": "failed"}},
+        ("train_dag", "eval"): {RUN: {"eval": "failed"}}}), interval=1, grace=10, clock=clock)
+    prod = Reaper(CUSTOM_JOB, States({("train_dag", "train"): {RUN: {"train": "deferred"}}}), interval=1, grace=10,
+                  clock=clock)
+    cancelled: list[str] = []
+    client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emu.url)
+    with caplog.at_level(logging.INFO, logger=reaper_module.__name__):
+        for _ in range(3):
+            for reaper, config in ((staging, "staging"), (prod, "prod")):  # each triggerer, its own [gpu_sched]
+                monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", config)
+                cancelled += [o.job.name for o in await reaper.reap_once(client)]
+            clock.now += 10
+    assert cancelled == [stagings]
+    assert _state(emu, prods) in ACTIVE and _state(emu, legacy) in ACTIVE
+    assert emu.stats()["cancels"] == 1
+    assert prods not in caplog.text and legacy not in caplog.text
+    assert (staging.deployment, prod.deployment) == ("staging", "prod")
+
+
+async def test_a_bad_deployment_id_cancels_nothing_and_says_why(emu, monkeypatch, caplog):
+    _job(emu, deployment="prod-eu")
+    monkeypatch.setenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID", "Prod EU")
+    reaper = Reaper(CUSTOM_JOB, States({("train_dag", "train"): {RUN: {"train": "failed"}}}), interval=1,
+                    grace=1, clock=Clock())
+    client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emu.url)
+    with caplog.at_level(logging.ERROR, logger=reaper_module.__name__):
+        assert await reaper.reap_once(client) == [] and await reaper.reap_once(client) == []
+    assert reaper.deployment is None and emu.stats()["cancels"] == 0 and reaper.calls == 0
+    assert "[gpu_sched] deployment_id" in caplog.text and "'Prod EU' is not a label value" in caplog.text
+
+
+async def test_without_an_id_and_outside_a_triggerer_the_reaper_cancels_nothing(emu, monkeypatch):
+    _job(emu, deployment="dep-0123456789abcdef")
+    monkeypatch.delenv("AIRFLOW__GPU_SCHED__DEPLOYMENT_ID")
+    reaper = Reaper(CUSTOM_JOB, States({("train_dag", "train"): {RUN: {"train": "failed"}}}), interval=1,
+                    grace=0, clock=Clock())
+    client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=emu.url)
+    assert await reaper.reap_once(client) == [] and reaper.deployment is None and reaper.calls == 0
+
+
+async def test_a_list_that_never_ends_gives_the_pass_up():
+    """An endpoint that answers the same nextPageToken forever: the pass stops on the repeat (it
+    paged on forever before), cancels nothing, and maybe_reap keeps the poll alive."""
+    from tests.test_cli_hostile import Hostile
+
+    server = Hostile("same")
+    try:
+        client = AsyncVertexClient(location=LOCATION, project=PROJECT, api_endpoint=server.url)
+        clock = Clock()
+        reaper = Reaper(CUSTOM_JOB, States({}), interval=1, grace=0, clock=clock, deployment="tests")
+        with pytest.raises(RuntimeError, match="did not end"):
+            await reaper.reap_once(client)
+        assert server.requests == 2 == reaper.calls
+        clock.now += 5  # a pass is due
+        assert await reaper.maybe_reap(client) == [] and server.requests == 4  # logged, not raised
+    finally:
+        server.close()

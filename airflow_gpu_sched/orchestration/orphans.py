@@ -10,6 +10,11 @@ Which task instance owns a job: the operators label every job with ``managed-by`
 job is matched to the task instances whose ids give the same label values. A job with no
 ``airflow-run`` label (submitted before the label existed) is matched to that task in every run.
 
+Whose job it is comes first (:mod:`.deployment`): a job is judged against this deployment's task
+instances only when its ``airflow-deployment`` label is this deployment's id. Another
+deployment's job, or one with no such label, is never cancellable (:attr:`Orphan.cancellable`):
+this deployment's metadata DB says nothing about it.
+
 May import: vertex, orchestration; never airflow.
 """
 
@@ -19,6 +24,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from airflow_gpu_sched.orchestration.deployment import DEPLOYMENT_LABEL, THIS, owner
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE
 
 # "`labels.key=value` - key:value equality" (ListCustomJobsRequest.filter, v1 job_service.proto;
@@ -52,6 +58,7 @@ class JobRow:
     ended: str | None
     submission: str | None = None  # the operator's submission key label
     parent: str | None = None  # a tuning job's trial / a pipeline's custom job: the parent's name
+    deployment: str | None = None  # the airflow-deployment label: which Airflow deployment created it
 
     @property
     def active(self) -> bool:
@@ -82,10 +89,24 @@ class TaskInstanceRow:
 class Orphan:
     job: JobRow
     why: str
+    owner: str = THIS  # deployment.THIS, OTHER or UNKNOWN
+
+    @property
+    def cancellable(self) -> bool:
+        """Only this deployment's own jobs: another's (or an unlabelled one) is judged by its owner."""
+        return self.owner == THIS
 
 
-def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRow]) -> list[Orphan]:
-    """Active jobs no live task instance owns: the decision, no I/O."""
+def owned_by(job: JobRow, mine: str | None) -> str:
+    """deployment.THIS / OTHER / UNKNOWN. ``mine`` None (not known): no job is THIS, none cancellable."""
+    return owner({DEPLOYMENT_LABEL: job.deployment} if job.deployment else None, mine or "")
+
+
+def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRow],
+                 mine: str | None = None) -> list[Orphan]:
+    """Active jobs no live task instance owns: the decision, no I/O. Each orphan says whose job it
+    is against ``mine``, this deployment's id; only :data:`THIS` ones are cancellable (without
+    ``mine``, none is)."""
     by_task: dict[tuple[str, str, str], list[TaskInstanceRow]] = {}
     for ti in task_instances:
         map_index = "" if ti.map_index in (-1, None) else str(ti.map_index)
@@ -106,5 +127,5 @@ def find_orphans(jobs: Iterable[JobRow], task_instances: Iterable[TaskInstanceRo
             last = max(owners, key=lambda ti: ti.try_number)
             tried = f", try {last.try_number}" if last.try_number >= 0 else ""  # -1: not read (the reaper's states)
             why = f"task instance is {last.state or 'none'} (run {last.run_id}{tried})"
-        orphans.append(Orphan(job, why))
+        orphans.append(Orphan(job, why, owned_by(job, mine)))
     return orphans

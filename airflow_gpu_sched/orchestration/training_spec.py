@@ -311,9 +311,12 @@ def check_at_parse_time(op: Any) -> None:
 
 
 def labels(op: Any, context: Any, submission_key: str | None) -> dict[str, str]:
-    """The labels the operator adds: managed-by, the DAG/task/run/map index/try, the submission key."""
+    """The labels the operator adds: managed-by, the deployment, the DAG/task/run/map index/try, the
+    submission key."""
     ti = context.get("ti")
-    extra = {MANAGED_LABEL: MANAGED_VALUE,
+    from airflow_gpu_sched.orchestration import deployment
+
+    extra = {MANAGED_LABEL: MANAGED_VALUE, deployment.DEPLOYMENT_LABEL: deployment.current(),  # whose job
              "airflow-dag": label_value(op.dag_id), "airflow-task": label_value(op.task_id)}
     if ti is not None and getattr(ti, "map_index", -1) not in (-1, None):
         extra["airflow-map-index"] = str(ti.map_index)

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_gpu_sched import __version__
 from airflow_gpu_sched.tools.exit_codes import BUG, INTERRUPTED, ApiError, UsageError, classify
-from airflow_gpu_sched.tools.output import OUTPUT_ARGS, emit
+from airflow_gpu_sched.tools.output import OUTPUT_ARGS, emit, printable
 
 DESCRIPTION = """\
 Run GPU training on scarce Vertex AI capacity from Airflow: the local Vertex AI emulator, the
@@ -153,8 +153,8 @@ def reported(func: Any) -> Any:
                 print(f"error: an unexpected {type(exc).__name__}: a bug in airflow-gpu-sched {__version__}, "
                       "please report it with the traceback above", file=sys.stderr)
                 return BUG
-            code, message = verdict
-            print(f"error: {message}", file=sys.stderr)
+            code, message = verdict  # it may quote an endpoint's words: escaped, its line breaks kept
+            print("error: " + "\n".join(printable(line) for line in message.split("\n")), file=sys.stderr)
             return code
 
     command.__name__ = func.__name__
@@ -168,7 +168,8 @@ def _job_types(args: argparse.Namespace) -> list:
 
 
 JOB_COLUMNS = ["dag", "task", "map_index", "try_number", "strategy", "state", "created", "started", "ended", "job_type",
-               "name"]
+               "deployment", "name"]
+ORPHAN_COLUMNS = ["dag", "task", "map_index", "run", "state", "owner", "deployment", "why", "name"]
 
 
 def _jobs_list(args: argparse.Namespace) -> int:
@@ -181,21 +182,27 @@ def _jobs_list(args: argparse.Namespace) -> int:
 def _jobs_orphans(args: argparse.Namespace) -> int:
     from airflow_gpu_sched.tools import platform
 
+    mine = platform.this_deployment()
     client = _client(args)
     jobs = [job for job in platform.list_jobs(client, _job_types(args)) if job.active]
     tis = platform.read_task_instances({job.dag for job in jobs if job.dag})
-    orphans = platform.find_orphans(jobs, tis)
-    rows = [{**platform.asdict(o.job), "why": o.why} for o in orphans]
-    emit(rows, ["dag", "task", "map_index", "run", "state", "why", "name"], args.output)
-    if not args.cancel or not orphans:
+    orphans = platform.find_orphans(jobs, tis, mine)
+    emit(platform.orphan_rows(orphans), ORPHAN_COLUMNS, args.output)
+    if foreign := [o for o in orphans if not o.cancellable]:
+        print(f"{len(foreign)} of these job(s) belong to another deployment or to none known: never cancelled "
+              f"here (this deployment is {mine or 'not known yet: no job submitted with its id'}: "
+              "[gpu_sched] deployment_id or the Variable airflow_gpu_sched_deployment_id, docs/reaper.md)",
+              file=sys.stderr)
+    own = [o for o in orphans if o.cancellable]
+    if not args.cancel or not own:
         return 0
     if not args.yes:
-        print(f"Cancel {len(orphans)} job(s)? [y/N] ", end="", flush=True, file=sys.stderr)
+        print(f"Cancel {len(own)} job(s) of this deployment? [y/N] ", end="", flush=True, file=sys.stderr)
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             print("nothing cancelled", file=sys.stderr)
             return 1
-    for orphan in orphans:
-        print(platform.cancel_job(client, orphan.job.name), file=sys.stderr)
+    for orphan in own:
+        print(printable(platform.cancel_job(client, orphan.job.name)), file=sys.stderr)
     return 0
 
 
@@ -271,7 +278,18 @@ def _platform_commands(sub: Any) -> None:
             command = group_sub.add_parser(name, help=help_text, description=help_text)
             for flags, options in arguments:
                 command.add_argument(*flags, **options)
-            command.set_defaults(func=reported(func))
+            command.set_defaults(func=reported(_logs_on_stderr(func)))
+
+
+def _logs_on_stderr(func: Any) -> Any:
+    def command(args: argparse.Namespace) -> int:
+        from airflow_gpu_sched.tools import platform
+
+        platform.logs_to_stderr()  # before anything logs: stdout carries the rows only
+        return func(args)
+
+    command.__name__ = func.__name__
+    return command
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@ one ``error:`` line (docs/cli.md, "Exit codes"). A decision, no I/O: ``cli.py`` 
     2  usage: a bad argument, a missing or unreadable file, bad JSON, a DAG file that does not
        load, a missing Airflow connection
     3  API or connection: Vertex AI (or the emulator) answered with an error, could not be
-       reached, or the credentials were refused
+       reached, or the credentials were refused; a listing the endpoint would page forever (a
+       nextPageToken it gave before, or more than tools/platform.py MAX_PAGES pages)
     4  a bug in airflow-gpu-sched: the traceback is printed, please report it
   130  interrupted (Ctrl-C)
 

@@ -5,6 +5,11 @@ own CLI (``airflow dags list -o yaml``); ``--json`` stays as a deprecated alias 
 ``cut``/``awk`` (a header line and tab-separated cells, nothing when empty), ``json`` and
 ``yaml`` every field of every row (a list, ``[]`` when empty).
 
+Every cell of ``table`` and ``plain`` comes from an endpoint or a DAG file, so none is printed
+raw: control characters (C0, DEL, C1: an ESC or OSC sequence would drive the terminal, a CR or
+LF would forge a row) and Unicode's bidirectional overrides are written as ``\\xNN`` /
+``\\uNNNN`` (:func:`printable`). ``json`` escapes them itself; ``yaml`` quotes them.
+
 May import: nothing of this package; never airflow.
 """
 
@@ -12,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict, is_dataclass
 from typing import Any, TextIO
 
 FORMATS = ("table", "json", "yaml", "plain")
+DEFAULT_FORMAT = "table"
 
 
 class DeprecatedJson(argparse.Action):
@@ -33,9 +40,12 @@ class DeprecatedJson(argparse.Action):
 
 # (flags, argparse keywords), for both trees: `airflow-gpu-sched ...` and `airflow gpu-sched ...`
 OUTPUT_ARGS = [
-    (("-o", "--output"), {"choices": FORMATS, "default": "table", "metavar": "(table, json, yaml, plain)",
+    (("-o", "--output"), {"choices": FORMATS, "default": DEFAULT_FORMAT, "metavar": "(table, json, yaml, plain)",
                           "help": "output format: table (default), json, yaml or plain (tab-separated)"}),
-    (("--json",), {"action": DeprecatedJson, "dest": "output", "help": "deprecated: the same as -o json"}),
+    # the same default here: argparse takes a shared dest's default from the first action added,
+    # and Airflow's CLI adds the options sorted by name, --json before --output (issue 41)
+    (("--json",), {"action": DeprecatedJson, "dest": "output", "default": DEFAULT_FORMAT,
+                   "help": "deprecated: the same as -o json"}),
 ]
 
 
@@ -53,7 +63,7 @@ def emit(rows: list[Any], columns: list[str], fmt: str, out: TextIO | None = Non
         if dicts:
             print("\t".join(columns), file=out)
             for row in dicts:
-                print("\t".join(_cell(row.get(c)).replace("\t", " ") for c in columns), file=out)
+                print("\t".join(_cell(row.get(c)) for c in columns), file=out)
     elif fmt == "table":
         print_table(dicts, columns, out)
     else:
@@ -76,5 +86,15 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, list):
-        return "; ".join(str(v) for v in value) or "ok"
-    return str(value)
+        return printable("; ".join(str(v) for v in value)) or "ok"
+    return printable(str(value))
+
+
+# C0 (tab, CR, LF, ESC...), DEL, C1 (CSI, OSC... as single code points), and the bidirectional
+# overrides and isolates that reorder what a terminal shows (U+202A-202E, U+2066-2069)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape: safe to print on a terminal."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)

@@ -4,8 +4,9 @@ Each command is a pure part (rows from jobs, task instances or operators) and a 
 that reads Vertex AI (the client), the Airflow metadata DB (its ORM session) or a DAG file
 (Airflow's DagBag), and prints its rows (``tools/output.py``: ``-o table|json|yaml|plain``).
 
-Which task instance owns a job: the operators label every job with ``managed-by``,
-``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
+Which deployment owns a job: its ``airflow-deployment`` label (``orchestration/deployment.py``);
+``jobs orphans`` judges and cancels this deployment's jobs only. Which task instance owns a job:
+the operators label every job with ``managed-by``, ``airflow-dag``, ``airflow-task``, ``airflow-map-index`` (mapped tasks), ``airflow-run`` and
 ``airflow-try`` (see ``orchestration/training_spec.py`` ``labels``). Label values are lowercased and cut to
 63 characters, so a job is matched to the task instances whose ids give the same label values.
 A job with no ``airflow-run`` label (submitted before the label existed) is matched to that
@@ -24,16 +25,30 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
+from airflow_gpu_sched.orchestration.deployment import DEPLOYMENT_LABEL, OTHER, THIS, UNKNOWN
 from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
 from airflow_gpu_sched.orchestration.orphans import (  # noqa: F401 (the decision, re-exported)
     ALIVE_STATES, MANAGED_FILTER, JobRow, Orphan, TaskInstanceRow, find_orphans, label_value, link_children)
-from airflow_gpu_sched.tools.exit_codes import UsageError
+from airflow_gpu_sched.tools.exit_codes import ApiError, UsageError
+
 
 class CommandError(UsageError):
     """What the user must fix (a connection, a file): printed as ``error: ...``, exit 2."""
 
 
 WAIT_SECONDS = 20.0  # --wait: how long a command retries an unreachable or overloaded endpoint
+
+
+def logs_to_stderr() -> None:
+    """Every log line on stderr: stdout is the command's output (``-o json | jq``). Importing Airflow
+    configures its logging with a console handler on stdout (``airflow`` itself moves it for
+    commands with ``-o``; ``airflow-gpu-sched`` must do the same): a secrets-masker warning
+    printed while a connection was read once came out ahead of the JSON."""
+    import airflow  # noqa: F401 (its import configures the handlers this moves)
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
 
 
 def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None,
@@ -75,18 +90,41 @@ def job_row(job_type: Any, resource: Any) -> JobRow:
                   run=labels.get("airflow-run"), try_number=labels.get("airflow-try"),
                   strategy=_name(strategy) or "STANDARD",  # no strategy given: on-demand VMs
                   state=_name(view.state), created=when(view.create_time), started=when(view.start_time),
-                  ended=when(view.end_time), submission=labels.get(SUBMISSION_LABEL))
+                  ended=when(view.end_time), submission=labels.get(SUBMISSION_LABEL),
+                  deployment=labels.get(DEPLOYMENT_LABEL))
 
 
 def _name(value: Any) -> str | None:
     return None if value is None else getattr(value, "value", None) or str(value)
 
 
+MAX_PAGES = 200  # x PAGE_SIZE: 100,000 jobs of one type in one region before a listing gives up
+PAGE_SIZE = 500
+
+
+class EndlessListing(ApiError):
+    """The endpoint kept answering a nextPageToken: exit 3 (docs/cli.md)."""
+
+
+def list_all(client: Any, job_type: Any, flt: str = MANAGED_FILTER, max_pages: int = MAX_PAGES) -> Iterator[Any]:
+    """Every resource of one type matching ``flt``, page after page, bounded: a token the endpoint
+    gave before (it would loop) or more than ``max_pages`` pages ends it with :class:`EndlessListing`."""
+    token, seen = None, set()
+    for _ in range(max_pages):
+        page = job_type.list_page(client, flt, PAGE_SIZE, token)
+        yield from job_type.items(page)
+        if not (token := page.next_page_token):
+            return
+        if token in seen:
+            raise EndlessListing(f"listing {job_type.key}s: the endpoint answered a nextPageToken it had given "
+                                 f"before: it would page forever (stopped after {len(seen) + 1} pages)")
+        seen.add(token)
+    raise EndlessListing(f"listing {job_type.key}s: more than {max_pages} pages of {PAGE_SIZE}: stopped (an "
+                         "endpoint that never stops paging, or a filter to narrow with --job-type)")
+
+
 def list_jobs(client: Any, job_types: Iterable[Any]) -> list[JobRow]:
-    rows = []
-    for job_type in job_types:
-        for resource in getattr(client, f"list_{job_type.key}s")(filter=MANAGED_FILTER):
-            rows.append(job_row(job_type, resource))
+    rows = [job_row(job_type, resource) for job_type in job_types for resource in list_all(client, job_type)]
     return sorted(link_children(rows), key=lambda r: (r.created or "", r.name))
 
 
@@ -105,6 +143,28 @@ def cancel_job(client: Any, name: str) -> str:
     return f"cancel requested: {name}"
 
 # ---------------------------------------------------------------------------------- jobs orphans
+
+def this_deployment() -> str | None:
+    """This deployment's id (``[gpu_sched] deployment_id``, else the Variable in the metadata DB;
+    docs/reaper.md); None before any job was submitted with the Variable. A bad one raises
+    DeploymentIdError, a ValueError: exit 2."""
+    from airflow_gpu_sched.orchestration import deployment
+
+    return deployment.read_from_database()
+
+
+NOT_CANCELLED = {
+    OTHER: "not cancelled: another deployment's job (its own reaper and `jobs orphans` judge it)",
+    UNKNOWN: ("not cancelled: no airflow-deployment label (submitted before the label existed, or by "
+              "another tool); if it is yours, cancel it by name: gcloud ai custom-jobs cancel NAME --region R"),
+}
+
+
+def orphan_rows(orphans: list[Orphan]) -> list[dict[str, Any]]:
+    """This deployment's orphans first (the ones ``--cancel`` cancels), then the others', marked."""
+    ordered = sorted(orphans, key=lambda o: not o.cancellable)
+    return [{**asdict(o.job), "owner": o.owner,
+             "why": o.why if o.cancellable else f"{o.why}; {NOT_CANCELLED[o.owner]}"} for o in ordered]
 
 def read_task_instances(dag_labels: set[str]) -> list[TaskInstanceRow]:
     """The task instances of the DAGs whose ids give these label values, from the metadata DB."""

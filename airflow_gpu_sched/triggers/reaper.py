@@ -15,6 +15,13 @@ as :mod:`.ownership` reads them), never the database. Anything unreadable, and a
 with no task instance at all (a DAG id that its label does not spell exactly, or a DAG whose
 every run was deleted), is left alone: ``airflow gpu-sched jobs orphans`` reads the database for those.
 
+Only this deployment's jobs (:mod:`~airflow_gpu_sched.orchestration.deployment`): the list asks
+for the ``airflow-deployment`` label of this deployment's id, and every listed job is checked
+again against it (an endpoint that ignored the filter changes nothing). Another deployment's
+job, and a job with no such label (submitted before it existed), is never cancelled. A
+``[gpu_sched] deployment_id`` that is not a label value, or an id not readable, cancels nothing
+(logged).
+
 Every cancel is logged with the job, its task instance (from the job's labels) and why; never
 the job's spec, env or anything of the connection.
 
@@ -29,8 +36,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_gpu_sched.orchestration import deployment as deployments
+from airflow_gpu_sched.orchestration.deployment import DEPLOYMENT_LABEL, THIS
 from airflow_gpu_sched.orchestration.orphans import (MANAGED_FILTER, JobRow, Orphan, TaskInstanceRow, find_orphans,
-                                                      label_value, link_children)
+                                                      label_value, link_children, owned_by)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +47,7 @@ SECTION = "gpu_sched"
 INTERVAL_OPTION, GRACE_OPTION = "reaper_interval", "reaper_grace"
 DEFAULT_INTERVAL, DEFAULT_GRACE = 300.0, 600.0  # seconds: a pass every 5 min, two sightings 10 min apart
 PAGE_SIZE = 500
+MAX_PAGES = 200  # a list that pages on past this (or repeats a token) is given up for this pass
 
 # (dag label, task label) -> {run_id: {state key: state}} as GetTaskStates answers, or None: unreadable
 StatesReader = Callable[[str, str], Awaitable["dict[str, dict[str, Any]] | None"]]
@@ -114,7 +124,7 @@ def job_rows(job_type: Any, resources: list[Any]) -> list[JobRow]:
                            task=labels.get("airflow-task"), map_index=labels.get("airflow-map-index"),
                            run=labels.get("airflow-run"), try_number=labels.get("airflow-try"), strategy=None,
                            state=state, created=None, started=None, ended=None,
-                           submission=labels.get("gpu-sched-submission")))
+                           submission=labels.get("gpu-sched-submission"), deployment=labels.get(DEPLOYMENT_LABEL)))
     return link_children(rows)
 
 
@@ -151,8 +161,9 @@ class Reaper:
 
     def __init__(self, job_type: Any, read_states: StatesReader = read_states_from_supervisor,
                  interval: float | None = None, grace: float | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, deployment: str | None = None):
         default_interval, default_grace = settings() if interval is None or grace is None else (0.0, 0.0)
+        self.deployment = deployment  # None: read at the first pass (the option, else the Variable)
         self.job_type = job_type
         self.interval = default_interval if interval is None else float(interval)
         self.grace = default_grace if grace is None else float(grace)
@@ -181,11 +192,17 @@ class Reaper:
     async def reap_once(self, client: Any) -> list[Orphan]:
         """One pass: list, decide, re-read each due job's owners, cancel. The cancelled orphans."""
         self.passes += 1
+        if self.deployment is None:
+            self.deployment = await this_deployment()
+        if self.deployment is None:  # not known (yet): no job can be told to be ours
+            return []
         jobs = [job for job in job_rows(self.job_type, await self._list_active(client))
                 if job.active and job.dag and job.task and not job.parent  # a trial: its parent is the one
-                and not (job.state or "").endswith("CANCELLING")]  # its cancel is under way already
+                and not (job.state or "").endswith("CANCELLING")  # its cancel is under way already
+                and owned_by(job, self.deployment) == THIS]  # the filter asked for it; checked, not trusted
         owners, examined = await self._owners(jobs)
-        orphans = find_orphans([j for j in jobs if j.name in examined], owners)
+        orphans = [o for o in find_orphans([j for j in jobs if j.name in examined], owners, self.deployment)
+                   if o.cancellable]
         unread = {j.name for j in jobs} - examined
         due = self.sightings.sight(orphans, unread, self._clock(), self.grace)
         log.info("reaper pass %d (%s): %d active jobs, %d examined, %d orphaned, %d due",
@@ -193,8 +210,8 @@ class Reaper:
         cancelled = []
         for orphan in due:
             fresh, readable = await self._owners([orphan.job])  # just before the cancel: a try may have come back
-            still = find_orphans([orphan.job], fresh) if orphan.job.name in readable else []
-            if not still:
+            still = find_orphans([orphan.job], fresh, self.deployment) if orphan.job.name in readable else []
+            if not still or not still[0].cancellable:
                 log.info("reaper: %s (%s) is owned again or unreadable: left alone", orphan.job.name,
                          describe(orphan.job))
                 self.sightings.forget(orphan.job.name)
@@ -207,14 +224,20 @@ class Reaper:
     async def _list_active(self, client: Any) -> list[Any]:
         from airflow_gpu_sched.orchestration.job_types import WATCH_FIELDS
 
-        flt = f"{MANAGED_FILTER} AND {self.job_type.not_terminal_filter()}"
-        found, token = [], None
-        while True:
+        flt = (f'{MANAGED_FILTER} AND labels.{DEPLOYMENT_LABEL}="{self.deployment}" AND '
+               f"{self.job_type.not_terminal_filter()}")
+        found, token, seen = [], None, set()
+        for _ in range(MAX_PAGES):
             page = await self.job_type.list_page(client, flt, PAGE_SIZE, token, ",".join(WATCH_FIELDS))
             self.calls += 1
             found += self.job_type.items(page)
             if not (token := page.next_page_token):
                 return found
+            if token in seen:
+                break
+            seen.add(token)
+        raise RuntimeError(f"the list of {self.job_type.key}s did not end (a repeated page token, or over "
+                           f"{MAX_PAGES} pages): this pass is given up")
 
     async def _owners(self, jobs: list[JobRow]) -> tuple[list[TaskInstanceRow], set[str]]:
         """The task instances of the jobs' tasks, and the jobs whose owners could be read: the
@@ -249,6 +272,24 @@ class Reaper:
             self.calls += 1
         log.warning("reaper: %s %s (%s): %s", "cancelled" if sent else "found ended", orphan.job.name,
                     describe(orphan.job), orphan.why)
+
+
+async def this_deployment() -> str | None:
+    """This deployment's id: ``[gpu_sched] deployment_id``, else the Variable through the
+    triggerer's supervisor. None when bad (an error logged: the reaper cancels nothing) or not
+    there yet (no job submitted with it: nothing to reap)."""
+    from airflow_gpu_sched.triggers.ownership import supervisor_comms
+
+    try:
+        if found := deployments.configured():
+            return found
+        comms = supervisor_comms()
+        return None if comms is None else await deployments.read_from_supervisor(comms)
+    except deployments.DeploymentIdError as exc:
+        log.error("reaper: cancels nothing: %s", exc)
+    except Exception as exc:
+        log.warning("reaper: could not read this deployment's id (%s): nothing reaped this pass", exc)
+    return None
 
 
 _REAPERS: dict[tuple, Reaper] = {}
