@@ -75,6 +75,10 @@ class CustomJobs:
 
     def create(self, project: str, location: str, body: dict) -> dict:
         job = parse_valid(CustomJob, body, check_custom_job)
+        executor = self.store.executor
+        problem = executor.output_problem(job.job_spec) if executor is not None else None
+        if problem:  # --execute: outputs stay under the execute root
+            raise violations_error([Violation("jobSpec.baseOutputDirectory.outputUriPrefix", problem)])
         job = job.model_copy(update={"job_spec": fill_server_defaults(job.job_spec)})  # recorded: diskSpec
         record = self.new_job(project, location, job, self.store.clock.now(), admitted=False)
         answer = record.wire()  # the create answer has no startTime yet (recorded)
