@@ -227,3 +227,25 @@ def test_the_operator_refuses_more_than_64_labels_before_any_job():
                             image_uri="gcr.io/p/t:1", machine_type="a2-highgpu-1g",
                             accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1,
                             labels={f"k{i}": "v" for i in range(70)})
+
+
+# ---------------------------------------------------------------- what the surface fuzz found
+
+
+def test_a_tuning_job_whose_trials_could_not_run_is_refused_at_create(emulator):
+    """Its trials are made later, in an event: a refusal there was a 500 on the next request."""
+    body = {"displayName": "t", "maxTrialCount": 2, "parallelTrialCount": 1,
+            "studySpec": {"algorithm": "GRID_SEARCH", "metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
+                          "parameters": [{"parameterId": "p", "integerValueSpec": {"minValue": "1", "maxValue": "2"}}]},
+            "trialJobSpec": _job(env={"EMULATOR_EXIT_CODE": "x"})["jobSpec"]}
+    response = requests.post(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/hyperparameterTuningJobs",
+                             json=body, timeout=10)
+    _refused(response, "trialJobSpec.workerPoolSpecs[0].containerSpec.env.EMULATOR_EXIT_CODE")
+    _still_serves(emulator)
+
+
+@pytest.mark.parametrize("seconds", [10**30, -(10**30), 10**400], ids=["1e30", "-1e30", "1e400"])
+def test_a_clock_advance_by_a_huge_integer_is_a_400(emulator, seconds):
+    response = requests.post(f"{emulator.url}/emulator/v1/clock:advance", data=json.dumps({"seconds": seconds}),
+                             headers={"Content-Type": "application/json"}, timeout=10)
+    _refused(response, "seconds")
