@@ -203,3 +203,49 @@ def test_a_body_over_10_MiB_still_gets_googles_400(quick_server):
     response = requests.post(quick_server.url + JOBS, data=b"x" * (11 << 20), timeout=30,
                              headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and "Request payload size exceeds the limit" in response.text
+
+
+# ---------------------------------------------------------------- Vertex's documented size limits
+
+
+@pytest.mark.parametrize("count, status", [(64, 200), (65, 400), (10_000, 400)])
+def test_a_resource_has_at_most_64_labels(emulator, count, status):
+    body = {**_job(), "labels": {f"k{i}": "v" for i in range(count)}}
+    response = requests.post(emulator.url + JOBS, json=body, timeout=10)
+    assert response.status_code == status, response.text[:300]
+    if status == 400:
+        assert "at most 64 labels" in strict(response)["error"]["message"]
+        assert len(response.content) < 2000  # one violation, not one per label
+
+
+def test_the_operator_refuses_more_than_64_labels_before_any_job():
+    from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    with pytest.raises(InvalidTrainingSpec, match="at most 64 labels"):
+        GpuTrainingOperator(task_id="t", project_id=PROJECT, location=LOCATION, plan=[{"strategy": "SPOT"}],
+                            image_uri="gcr.io/p/t:1", machine_type="a2-highgpu-1g",
+                            accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1,
+                            labels={f"k{i}": "v" for i in range(70)})
+
+
+# ---------------------------------------------------------------- what the surface fuzz found
+
+
+def test_a_tuning_job_whose_trials_could_not_run_is_refused_at_create(emulator):
+    """Its trials are made later, in an event: a refusal there was a 500 on the next request."""
+    body = {"displayName": "t", "maxTrialCount": 2, "parallelTrialCount": 1,
+            "studySpec": {"algorithm": "GRID_SEARCH", "metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
+                          "parameters": [{"parameterId": "p", "integerValueSpec": {"minValue": "1", "maxValue": "2"}}]},
+            "trialJobSpec": _job(env={"EMULATOR_EXIT_CODE": "x"})["jobSpec"]}
+    response = requests.post(f"{emulator.url}/v1/projects/{PROJECT}/locations/{LOCATION}/hyperparameterTuningJobs",
+                             json=body, timeout=10)
+    _refused(response, "trialJobSpec.workerPoolSpecs[0].containerSpec.env.EMULATOR_EXIT_CODE")
+    _still_serves(emulator)
+
+
+@pytest.mark.parametrize("seconds", [10**30, -(10**30), 10**400], ids=["1e30", "-1e30", "1e400"])
+def test_a_clock_advance_by_a_huge_integer_is_a_400(emulator, seconds):
+    response = requests.post(f"{emulator.url}/emulator/v1/clock:advance", data=json.dumps({"seconds": seconds}),
+                             headers={"Content-Type": "application/json"}, timeout=10)
+    _refused(response, "seconds")

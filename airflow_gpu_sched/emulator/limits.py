@@ -85,7 +85,7 @@ def bounded_seconds(value: Any, field: str, limit: float) -> float:
     """A JSON number of seconds: finite, >= 0, <= limit; ApiError naming ``field`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ApiError("INVALID_ARGUMENT", f"{field} must be a number of seconds (got {type(value).__name__}).")
-    if not (math.isfinite(value) and 0 <= value <= limit):
+    if not (0 <= value <= limit and math.isfinite(value)):  # compared first: no int is too large for that
         raise ApiError("INVALID_ARGUMENT", f"{field} must be between 0 and {limit:g} seconds "
                                            f"(got {str(value)[:40]}).")
     return float(value)

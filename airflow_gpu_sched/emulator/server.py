@@ -84,11 +84,17 @@ class EmulatorServer:
             time.sleep(0.01)
         return self
 
+    def _end_processes(self) -> None:
+        """--execute: the jobs' processes die with the emulator (their process groups)."""
+        if self.backend.executor is not None:
+            self.backend.executor.shutdown()
+
     def stop(self) -> None:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._socket.close()
+        self._end_processes()
 
     def __enter__(self) -> EmulatorServer:
         return self.start()
@@ -102,3 +108,4 @@ class EmulatorServer:
             self._server.run(sockets=[self._socket])
         finally:
             self._socket.close()
+            self._end_processes()

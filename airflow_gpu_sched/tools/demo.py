@@ -69,16 +69,24 @@ JOBS = {
 }
 
 
+def demo_emulator(scenario: Scenario) -> EmulatorServer:
+    """The demo's emulator, its control API behind a token made for this run: it executes the jobs'
+    commands (``execute``), so no other local process may reset it or plant jobs through it."""
+    import secrets
+
+    return EmulatorServer(scenario, control_token=secrets.token_urlsafe(24))
+
+
 def _minutes(start: datetime, at: datetime) -> str:
     seconds = int((at - start).total_seconds())
     return f"+{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def run_demo(speed: float = 120.0) -> int:
-    with EmulatorServer(_scenario(speed)) as emulator:
+    with demo_emulator(_scenario(speed)) as emulator:
         print(f"Vertex AI emulator at {emulator.url} (x{speed:g} speed: one real second is "
               f"{speed / 60:g} emulated minutes)\n")
-        control = EmulatorControl(emulator.url)
+        control = EmulatorControl(emulator.url, control_token=emulator.control_token)
         client = VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
         blocker = dict(JOBS["persistent"], displayName="someone-elses-job")
         client.create_custom_job(blocker)  # keeps the pool's only replica busy for 10 minutes
@@ -166,7 +174,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         "execute": True, "executeRoot": str(out / "vertex"), "executeWorkdir": str(training),
         "capacity": [{"location": LOCATION, "acceleratorType": "NVIDIA_H100_80GB", "flexStart": 0}],
         "persistentResources": [{"project": PROJECT, "location": LOCATION, "id": "a100-pool", "resource": POOL}]})
-    with EmulatorServer(scenario) as emulator:
+    with demo_emulator(scenario) as emulator:
         print(f"Vertex AI emulator at {emulator.url} (x{speed:g} emulated time; the jobs' training script "
               f"really runs: {training / 'train.py'})", flush=True)
         print(f"  dashboard (while the demo runs): {emulator.url}/", flush=True)
@@ -181,7 +189,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         airflow = str(Path(sys.executable).parent / "airflow")
         print("setting up a throwaway Airflow home (SQLite) in", home, flush=True)
         subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
-        control = EmulatorControl(emulator.url)
+        control = EmulatorControl(emulator.url, control_token=emulator.control_token)
         client = VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
         started = time.monotonic()
 

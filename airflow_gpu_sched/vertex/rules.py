@@ -46,6 +46,10 @@ if TYPE_CHECKING:  # imported where used: the operators import this module at DA
 
 MAX_DISPLAY_NAME = 128
 MAX_LABEL_LENGTH = 63
+# "Each resource can have multiple labels, up to a maximum of 64" (Resource Manager, Requirements for
+# labels: https://cloud.google.com/resource-manager/docs/labels-overview#requirements; the v1 protos'
+# labels comments point there: "See https://goo.gl/xmQnxf")
+MAX_LABELS = 64
 FLEX_START_MAX_TIMEOUT = timedelta(days=7)
 BOOT_DISK_SIZE_GB = (100, 64000)
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]*")
@@ -107,6 +111,8 @@ def validate_custom_job(job: CustomJob) -> CustomJob:
 
 
 def check_labels(labels: dict[str, str], path: str = "labels") -> list[Violation]:
+    if len(labels) > MAX_LABELS:  # one violation, not one per label of a huge map
+        return [Violation(path, f"a resource has at most {MAX_LABELS} labels (got {len(labels)})")]
     found = []
     for key, value in labels.items():
         if not (len(key) <= MAX_LABEL_LENGTH and _LABEL_KEY.fullmatch(key)):

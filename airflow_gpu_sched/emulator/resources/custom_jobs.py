@@ -32,7 +32,7 @@ from airflow_gpu_sched.emulator.resources.store import (
     parse_valid,
     refuse_unless_ended,
 )
-from airflow_gpu_sched.vertex.models import CustomJob, JobState
+from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, JobState
 from airflow_gpu_sched.vertex.rules import Violation, check_custom_job
 
 S = JobState
@@ -42,12 +42,12 @@ RUN_SECONDS_ENV, EXIT_CODE_ENV = "EMULATOR_RUN_SECONDS", "EMULATOR_EXIT_CODE"
 MAX_EXIT_CODE = 255  # a process's exit status is one byte
 
 
-def env_knobs(env: dict[str, str], default_run_seconds: float) -> tuple[float, int]:
+def env_knobs(env: dict[str, str], default_run_seconds: float, path: str = "jobSpec") -> tuple[float, int]:
     """The job's run time and exit status from its env (the emulator's knobs), each checked at
     create: a run time finite and within a scenario's bounds (0..MAX_SCENARIO_SECONDS, as
     ``runSeconds``), an exit status 0..255; otherwise a 400 naming the variable (never a job
     accepted whose first read overflows the clock: issue 37)."""
-    where = "jobSpec.workerPoolSpecs[0].containerSpec.env"
+    where = f"{path}.workerPoolSpecs[0].containerSpec.env"
     text = env.get(RUN_SECONDS_ENV)
     try:
         run_seconds = default_run_seconds if text is None else float(text)
@@ -75,6 +75,7 @@ class CustomJobs:
 
     def create(self, project: str, location: str, body: dict) -> dict:
         job = parse_valid(CustomJob, body, check_custom_job)
+        self.refuse_unrunnable(job.job_spec)
         job = job.model_copy(update={"job_spec": fill_server_defaults(job.job_spec)})  # recorded: diskSpec
         record = self.new_job(project, location, job, self.store.clock.now(), admitted=False)
         answer = record.wire()  # the create answer has no startTime yet (recorded)
@@ -83,6 +84,16 @@ class CustomJobs:
             answer = {**answer, "state": S.JOB_STATE_PENDING.value}
         self._set_admission_start(record)
         return answer
+
+    def refuse_unrunnable(self, spec: CustomJobSpec, path: str = "jobSpec") -> None:
+        """At create, for a job's spec or a tuning job's trial spec (whose jobs come later, in an
+        event, where a refusal can no longer reach the client): its env knobs, and with --execute
+        an output directory under the execute root; a 400 naming the field otherwise."""
+        env_knobs(spec.worker_pool_specs[0].env, self.store.scenario.run_seconds, path)
+        executor = self.store.executor
+        problem = executor.output_problem(spec) if executor is not None else None
+        if problem:
+            raise violations_error([Violation(f"{path}.baseOutputDirectory.outputUriPrefix", problem)])
 
     def _set_admission_start(self, record: JobRecord) -> None:
         """Variant ``startTime: admission``: every read after the create shows startTime =

@@ -96,6 +96,7 @@ class TuningJobs:
         store = self.store
         now = store.clock.now()
         spec = job.trial_job_spec
+        self.custom_jobs.refuse_unrunnable(spec, "trialJobSpec")  # its trials are made later, in events
         if spec.persistent_resource_id:
             self.custom_jobs.persistent.demand(project, location, CustomJob(job_spec=spec))  # raises when it cannot fit
         else:  # per trial: parallel trials beyond the free quota wait QUEUED (assumed)
