@@ -41,16 +41,22 @@ Span = tuple[tuple[Any, ...], int, int]  # (path into the job's REST JSON, start
 def env_values(wire: Any) -> set[str]:
     """Every ``env[].value`` anywhere in a job's REST JSON (every pool, a tuning job's trial spec,
     a pipeline's training task inputs)."""
-    found: set[str] = set()
+    return {value for _, value in env_items(wire)}
+
+
+def env_items(wire: Any) -> set[tuple[str, str]]:
+    """Every ``(env[].name, env[].value)`` anywhere in a job's REST JSON."""
+    found: set[tuple[str, str]] = set()
     if isinstance(wire, dict):
         for key, value in wire.items():
             if key == "env" and isinstance(value, list):
-                found |= {str(e["value"]) for e in value if isinstance(e, dict) and e.get("value") is not None}
+                found |= {(str(e.get("name") or ""), str(e["value"])) for e in value
+                          if isinstance(e, dict) and e.get("value") is not None}
             else:
-                found |= env_values(value)
+                found |= env_items(value)
     elif isinstance(wire, list):
         for item in wire:
-            found |= env_values(item)
+            found |= env_items(item)
     return found
 
 

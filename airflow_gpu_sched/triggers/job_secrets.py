@@ -5,9 +5,12 @@ trigger's kwargs must not carry it (they are stored in the ``trigger`` table). V
 spec it runs: ``GET`` of a custom job has ``jobSpec.workerPoolSpecs[].containerSpec.env``, a
 tuning job's ``trialJobSpec`` and a pipeline's ``trainingTaskInputs`` the same. So the tail of a
 job's log lines reads the job once, before it writes its first line, and cuts every value by the
-rule of :mod:`airflow_gpu_sched.orchestration.redaction` from each line it writes; it also
-registers them with Airflow's masker in that process (which may not reach the handler that
-writes a trigger's log file: the cut is ours either way).
+rule of :mod:`airflow_gpu_sched.orchestration.redaction` from each line it writes. It also
+registers with Airflow's masker in that process what that masker would take in the worker (an
+env value under a name it deems sensitive, ``HF_TOKEN``; what the worker's masker hid), for the
+records the trigger does not write itself; not every env value, since that masker serves every
+task of the process and never forgets. The registration may not reach the handler that writes a
+trigger's log file: the cut of every env value is ours either way.
 
 What Airflow's masker hides in the worker but is not in the env (a sensitive Variable rendered
 into ``args``) the worker tells as places in the job's spec, never as text (the trigger's
@@ -23,6 +26,7 @@ May import: vertex, orchestration, triggers; airflow.
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 from typing import Any
 
 from airflow_gpu_sched.orchestration.redaction import MIN_SECRET, Redactor, env_values
@@ -53,16 +57,32 @@ async def learn(client: Any, job_name: str, masked: Any = None) -> Redactor:
     here; the cut of them all. A :class:`VertexError` (the job unreadable) goes to the caller,
     which writes nothing meanwhile."""
     from airflow_gpu_sched.orchestration.job_types import job_type_of
-    from airflow_gpu_sched.orchestration.redaction import values_at
-    from airflow_gpu_sched.vertex.client.auth import amask_secret
+    from airflow_gpu_sched.orchestration.redaction import env_items, values_at
 
     resource = await job_type_of(job_name).get(client, job_name)
     wire = resource.to_api() if hasattr(resource, "to_api") else resource
     redactor = job_redactor(wire)
-    redactor.add(values_at(wire, masked or ()))
-    for value in redactor.secrets:
-        await amask_secret(value)
+    hidden = values_at(wire, masked or ())
+    redactor.add(hidden)
+    # Airflow's masker is the process's, for every task's logs and never forgets: it gets what it
+    # would take in the worker (a value under a sensitive name, what the worker's masker hid),
+    # not every env value (an EPOCHS of 10000 would cut every "10000" of every job)
+    for name, value in env_items(wire):
+        await _register(value, name)
+    for value in hidden:
+        await _register(value, None)
     return redactor
+
+
+async def _register(secret: str, name: str | None) -> None:
+    if "airflow.sdk" not in sys.modules:  # not under Airflow: importing it would load its config
+        return
+    try:
+        from airflow.sdk.log import amask_secret
+    except ImportError:
+        return
+    with suppress(Exception):  # masking must never break the tail
+        await amask_secret(secret, name)
 
 
 def cut_event(event: dict[str, Any], redact: Any) -> dict[str, Any]:
