@@ -6,6 +6,8 @@ and every 4xx in the error shape of the Google service behind the route; afterwa
 still answers a plain list. docs/security.md ("The emulator") describes what is refused.
 
 ``make test`` sends 10,000+ requests in all (each drawn payload goes to every route of its group);
+tests/test_emulator_fuzz_surface.py adds 10,000+ property-based requests over the whole surface
+(durations, env knobs, filters, heads, form and JWT bodies; in-process, no request over 2 s);
 the ``reliability`` variant ten times more. Derandomized: the same requests every run (reproducible in CI); a failure is shrunk and shown.
 """
 
