@@ -1,11 +1,11 @@
-# The two commands of the README. Both bootstrap .venv from the pinned versions first.
+# The commands of the README. Each bootstraps .venv from the pinned versions first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
 PIP_VERSION := 24.3.1
 
-.PHONY: bootstrap demo test docs emulator bench reliability
+.PHONY: bootstrap demo check test docs emulator bench reliability
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,15 @@ $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,docs]"
 	touch $(DOCS_STAMP)
 
+# tests/suite.py: check runs every test that starts no Airflow deployment on 2 pytest-xdist workers
+# (the one to run after every change); test runs that, then the deployed tests (PostgreSQL, Redis,
+# Airflow's components as processes, both executors) in a second pytest: together the tests of
+# `pytest -m "not reliability"`. Exit code: the first failing run's. docs/testing.md: the timings.
+check: $(DOCS_STAMP)
+	$(BIN)/python tests/suite.py check $(PYTEST_ARGS)
+
 test: $(DOCS_STAMP)
-	$(BIN)/python -m pytest -q -m "not reliability" $(PYTEST_ARGS)
+	$(BIN)/python tests/suite.py test $(PYTEST_ARGS)
 
 # the site in site/: README, CHANGELOG, docs/ and an API reference from the docstrings (mkdocs,
 # warnings as errors: a broken link or an unreadable docstring fails it)

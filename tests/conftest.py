@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import interrupt
 from tests.airflow_harness import airflow_db, set_airflow_env  # noqa: F401 (fixture; imports no airflow)
 
 from airflow_gpu_sched.emulator import EmulatorServer
@@ -19,10 +20,24 @@ DATA = Path(__file__).parent / "data"
 
 
 def pytest_configure(config):
-    # Airflow reads its config at import: point it at a throwaway home before anything imports it.
+    # Airflow reads its config at import: point it at a throwaway home before anything imports it
+    # (one per process: each pytest-xdist worker has its own home and SQLite metadata DB).
     home = tempfile.mkdtemp(prefix="airflow_home_")
     set_airflow_env(home)
     config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+    interrupt.install()
+
+
+# Tests that write into the checkout or compare it before and after (the docs site builds into
+# site/ and .docs-src/; the wheel test copies the tree and checks its build wrote nothing there):
+# under pytest-xdist (--dist loadgroup, make check) they run on one worker, one after the other.
+CHECKOUT_GROUP = {"test_docs_site.py", "test_wheel.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in CHECKOUT_GROUP:
+            item.add_marker(pytest.mark.xdist_group("checkout"))
 
 
 PROJECT, LOCATION = "test-project", "us-central1"

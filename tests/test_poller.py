@@ -39,12 +39,15 @@ async def test_every_trigger_gets_its_event(fast_emulator, polling):
 
 
 async def test_batched_polling_makes_a_fraction_of_the_calls(fast_emulator):
-    names = _create_jobs(fast_emulator, N)
+    # jobs of 3 real seconds, 30 poll intervals: with 0.3 s ones (4 intervals) a loaded machine
+    # (load 12, two make checks side by side) starved the per-job loop to ~3 GETs a job, and the
+    # batched poller's 35 calls were more than a fifth of its 117
+    names = _create_jobs(fast_emulator, N, run_seconds=300)
     await _all_events([CustomJobTrigger(n, poll_interval=0.1) for n in names])
     requests = fast_emulator.stats()["requests"]
     batched = requests.get("customJobs.list", 0) + requests.get("customJobs.get", 0)
     fast_emulator.reset({**__import__("tests.conftest").conftest.FAST})
-    names = _create_jobs(fast_emulator, N)
+    names = _create_jobs(fast_emulator, N, run_seconds=300)
     await _all_events([CustomJobTrigger(n, poll_interval=0.1, polling="per_job") for n in names])
     per_job = fast_emulator.stats()["requests"]["customJobs.get"]
     assert batched * 5 < per_job, (batched, per_job)

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness import COMPONENTS, AirflowDeployment, _signal_tree, free_port
+from tests.e2e.harness import COMPONENTS, AirflowDeployment, _signal_tree, free_port, started, stopped
 
 CELERY_COMPONENTS = (*COMPONENTS, "celery-worker")
 HOSTNAME_MODULE = '''"""[core] hostname_callable of the e2e Celery deployment: each component's own host name."""
@@ -91,6 +91,7 @@ class RedisServer:
             cwd=self.dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()
+        started(self, self._kill)
         deadline = time.monotonic() + 30
         while not self.ping():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -109,7 +110,13 @@ class RedisServer:
         time.sleep(down_seconds)
         self.__enter__()
 
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_tree(self.proc.pid, [self.proc.pid], 9)
+            self.proc.wait(timeout=10)
+
     def __exit__(self, *exc: Any) -> None:
+        stopped(self)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

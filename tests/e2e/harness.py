@@ -20,6 +20,7 @@ Notes (measured on 3.3.2, PostgreSQL 15):
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -30,12 +31,40 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import requests
 
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
+
+
+# What this process started and has not stopped: a run stopped half-way (SIGTERM from a timeout,
+# Ctrl-C, a teardown that never ran) stops them at its exit instead of leaving schedulers, workers,
+# Redis and PostgreSQL clusters running to slow every run after it. tests/interrupt.py turns
+# SIGTERM into KeyboardInterrupt so that the exit (and the teardowns before it) happen at all.
+_LEFT_RUNNING: dict[int, Callable[[], None]] = {}
+
+
+def started(owner: object, stop: Callable[[], None]) -> None:
+    """``owner`` has something running that ``stop`` ends (fast, no grace): stopped at exit unless
+    :func:`stopped` is called first."""
+    _LEFT_RUNNING[id(owner)] = stop
+
+
+def stopped(owner: object) -> None:
+    _LEFT_RUNNING.pop(id(owner), None)
+
+
+@atexit.register
+def stop_left_running() -> None:
+    """Stop, newest first, what was started and never stopped (atexit: also after an interrupt)."""
+    while _LEFT_RUNNING:
+        _, stop = _LEFT_RUNNING.popitem()
+        try:
+            stop()
+        except Exception as error:  # the next one still gets stopped
+            print(f"stop_left_running: {error!r}", file=sys.stderr)
 
 
 def free_port() -> int:
@@ -86,6 +115,7 @@ class PostgresCluster:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
     def create(self) -> None:
+        started(self, self.drop)  # before: a half-created cluster is dropped too
         self._run("pg_createcluster", self.version, self.name, "-p", str(self.port), "--",
                   "--auth-local=trust", "--auth-host=trust")
         self._created = True
@@ -113,6 +143,7 @@ class PostgresCluster:
             conn.close()
 
     def drop(self) -> None:
+        stopped(self)
         if self._created:
             subprocess.run(["pg_dropcluster", "--stop", self.version, self.name],
                            capture_output=True, timeout=120)
@@ -271,6 +302,7 @@ class AirflowDeployment:
         args = {"api-server": ("api-server", "-H", "127.0.0.1", "-p", str(self.api_port))}.get(command, (command,))
         env = self.env if not instance else {**self.env, "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())}
         args, env, cwd = self._component(component, args, env)
+        started(self, self.kill_all)
         log = open(self.log_dir / f"{component}.log", "ab")
         log.write(f"\n===== starting {component} at {time.strftime('%H:%M:%S')} =====\n".encode())
         log.flush()
@@ -280,24 +312,37 @@ class AirflowDeployment:
         log.close()
 
     def _stop(self, component: str, sig: int, grace: float = 20.0) -> None:
-        proc = self.procs.get(component)
-        if proc is None:
-            return
-        pids = [proc.pid, *_descendants(proc.pid)]
-        _signal_tree(proc.pid, pids, sig)
+        self._stop_many([component], sig, grace)
+
+    def _stop_many(self, components: list[str], sig: int, grace: float = 20.0) -> None:
+        """Signal every component's process tree at once, then wait for them together, SIGKILL
+        after ``grace``: a deployment's stop took the sum of its components' exits (29 s for the
+        four of LocalExecutor, one of them waiting out the grace), not the slowest one's."""
+        trees: list[tuple[subprocess.Popen, list[int]]] = []
+        for component in components:
+            proc = self.procs.get(component)
+            if proc is not None:
+                pids = [proc.pid, *_descendants(proc.pid)]
+                _signal_tree(proc.pid, pids, sig)
+                trees.append((proc, pids))
         deadline = time.monotonic() + (grace if sig != signal.SIGKILL else 5)
         while time.monotonic() < deadline:
-            proc.poll()
-            pids += [p for p in _descendants(proc.pid) if p not in pids]
-            if not _alive(pids):
+            for proc, pids in trees:
+                proc.poll()
+                new = [p for p in _descendants(proc.pid) if p not in pids]
+                _signal_tree(proc.pid, new, sig)  # a child started after the signal gets it too
+                pids += new
+            if not any(_alive(pids) for _, pids in trees):
                 break
             time.sleep(0.1)
         else:
-            _signal_tree(proc.pid, pids, signal.SIGKILL)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+            for proc, pids in trees:
+                _signal_tree(proc.pid, pids, signal.SIGKILL)
+        for proc, _ in trees:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
 
     def kill(self, component: str) -> None:
         """SIGKILL the component and its children: a crash, nothing gets to clean up."""
@@ -331,8 +376,12 @@ class AirflowDeployment:
         return revived
 
     def stop(self) -> None:
-        for component in reversed(list(self.procs)):  # every instance started, extra triggerers too
-            self.terminate(component)
+        self._stop_many(list(reversed(self.procs)), signal.SIGTERM)  # every instance, extra triggerers too
+        stopped(self)
+
+    def kill_all(self) -> None:
+        """SIGKILL every component started, with its children (what an interrupted run leaves)."""
+        self._stop_many(list(reversed(self.procs)), signal.SIGKILL)
 
     def wait_api(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
