@@ -45,19 +45,24 @@ def measure() -> dict:
         os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
             {"conn_type": "google_cloud_platform", "extra": {"project": "p", "api_endpoint": server.url}})
         control = EmulatorControl(server.url)
-        for job_type, arguments in JOB_TYPES.items():
-            for preflight in (False, True):
-                control.reset(SCENARIO)
-                SpotTrainingOperator(
-                    task_id="t", project_id="p", location="us-central1", deferrable=False, poll_interval=1.0,
-                    image_uri="gcr.io/p/t:1", machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100",
-                    accelerator_count=1, job_type=job_type, quota_preflight=preflight, **arguments,
-                ).execute({})
-                requests = control.stats()["requests"]
-                logging_calls = requests.pop("entries.list", 0)
-                figures[f"{job_type}{'+preflight' if preflight else ''}"] = {
-                    "calls": sum(requests.values()), "per_rpc": dict(sorted(requests.items())),
-                    "logging_calls": logging_calls}
+        # one task first, not counted: the first task of a process makes one read more than the
+        # next (its imports outlast the job's first states), which would be charged to whichever
+        # case ran first, not to the preflight or the job type
+        cases = [("custom_job", False, False)] + [(t, p, True) for t in JOB_TYPES for p in (False, True)]
+        for job_type, preflight, counted in cases:
+            control.reset(SCENARIO)
+            SpotTrainingOperator(
+                task_id="t", project_id="p", location="us-central1", deferrable=False, poll_interval=1.0,
+                image_uri="gcr.io/p/t:1", machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100",
+                accelerator_count=1, job_type=job_type, quota_preflight=preflight, **JOB_TYPES[job_type],
+            ).execute({})
+            if not counted:
+                continue
+            requests = control.stats()["requests"]
+            logging_calls = requests.pop("entries.list", 0)
+            figures[f"{job_type}{'+preflight' if preflight else ''}"] = {
+                "calls": sum(requests.values()), "per_rpc": dict(sorted(requests.items())),
+                "logging_calls": logging_calls}
     return figures
 
 
