@@ -99,13 +99,14 @@ def test_a_job_waiting_in_a_state_this_code_does_not_know_is_cancelled_at_its_bo
 def test_a_paused_job_is_cancelled_and_the_try_fails_with_the_paused_message(airflow):
     """Google's SDKs take PAUSED as complete; this task cancels the job and fails, not retried,
     not moving the plan on (was: waited unbounded)."""
-    from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE
-
     airflow.reset(FAST)
     airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
     result = _run_with_job_held_in(airflow, "JOB_STATE_PAUSED", "paused", [{"strategy": "SPOT"}, {"strategy": "STANDARD"}])
     assert result["train"].state == "failed"
     ledger = str(result.task_state_store["train"][LEDGER_KEY])
-    assert "TrainingJobFailedNoRetry" in ledger and PAUSED_MESSAGE in ledger
+    assert "TrainingJobFailedNoRetry" in ledger and "JOB_STATE_PAUSED" in ledger
     assert airflow.stats()["jobsCreated"] == {"SPOT": 1} and airflow.stats()["cancels"] == 1
     assert [j["state"] for j in every_custom_job(airflow)] == ["JOB_STATE_CANCELLED"]
+    from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE
+
+    assert PAUSED_MESSAGE in ledger
