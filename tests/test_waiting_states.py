@@ -105,3 +105,55 @@ def test_a_paused_job_is_cancelled_and_the_try_fails_with_the_paused_message(air
     from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE
 
     assert PAUSED_MESSAGE in ledger
+
+
+# ---------------------------------------------------------------------------- the pure rules
+
+def _job(state: str, **times):
+    from airflow_gpu_sched.vertex.models import CustomJob
+
+    return CustomJob.model_validate({"name": "projects/p/locations/l/customJobs/1", "state": state, **times,
+                                     "jobSpec": {"scheduling": {"timeout": "600s"}}})
+
+
+@pytest.mark.parametrize("state, waiting", [
+    ("JOB_STATE_QUEUED", True), ("JOB_STATE_PENDING", True), ("JOB_STATE_UNSPECIFIED", True),
+    ("JOB_STATE_PAUSED", True), ("JOB_STATE_UPDATING", True), ("JOB_STATE_HIBERNATING", True),
+    ("JOB_STATE_RUNNING", False), ("JOB_STATE_CANCELLING", False), ("JOB_STATE_SUCCEEDED", False),
+    ("JOB_STATE_FAILED", False), ("JOB_STATE_CANCELLED", False), ("JOB_STATE_EXPIRED", False),
+    ("JOB_STATE_PARTIALLY_SUCCEEDED", False), (None, True)])
+def test_every_state_neither_running_ending_nor_ended_is_waiting(state, waiting):
+    from airflow_gpu_sched.orchestration import state_times
+
+    assert state_times.is_waiting(state) is waiting
+
+
+@pytest.mark.parametrize("job, shown", [
+    (None, "JOB_STATE_RUNNING"), ("JOB_STATE_QUEUED", "JOB_STATE_QUEUED"), ("JOB_STATE_PENDING", "JOB_STATE_PENDING"),
+    ("JOB_STATE_RUNNING", "JOB_STATE_RUNNING"), ("JOB_STATE_SUCCEEDED", "JOB_STATE_RUNNING"),
+    ("JOB_STATE_PAUSED", "JOB_STATE_PAUSED"), ("JOB_STATE_FAILED", "JOB_STATE_PENDING"),
+    ("JOB_STATE_CANCELLED", "JOB_STATE_PENDING")])
+def test_an_owner_that_says_running_is_shown_in_the_state_of_the_job_holding_its_gpus(job, shown):
+    from airflow_gpu_sched.orchestration import state_times
+    from airflow_gpu_sched.vertex.models import JobState
+
+    own = JobState.JOB_STATE_RUNNING
+    assert state_times.capacity_state(own, JobState(job) if job else None).value == shown
+    for other in (JobState.JOB_STATE_PENDING, JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_CANCELLING):
+        assert state_times.capacity_state(other, JobState(job) if job else None) is other  # only RUNNING is read
+
+
+def test_a_cancel_after_a_run_as_long_as_the_timeout_could_be_the_timeout_a_shorter_one_not():
+    from airflow_gpu_sched.orchestration import outcomes, state_times
+
+    start = "2026-01-01T00:00:00.140Z"
+    ran_out = _job("JOB_STATE_CANCELLED", startTime=start, endTime="2026-01-01T00:10:11Z")
+    early = _job("JOB_STATE_CANCELLED", startTime=start, endTime="2026-01-01T00:05:00Z")
+    waited = state_times.new()  # a poll saw it QUEUED 8 minutes in: it cannot have run 10 minutes by 00:10:11
+    waited["seen"]["JOB_STATE_QUEUED"] = {"at": "2026-01-01T00:08:00Z", "after": None}
+    assert state_times.could_have_timed_out(ran_out, state_times.new())
+    assert not state_times.could_have_timed_out(early, state_times.new())
+    assert not state_times.could_have_timed_out(ran_out, waited)
+    assert outcomes.cancel_cause(ran_out, state_times.new(), ours=False) is outcomes.CancelCause.TIMED_OUT
+    assert outcomes.cancel_cause(early, state_times.new(), ours=False) is outcomes.CancelCause.UNKNOWN
+    assert outcomes.cancel_cause(ran_out, state_times.new(), ours=True) is outcomes.CancelCause.OURS
