@@ -82,6 +82,7 @@ RPC_TYPES: dict[str, tuple[Any, Any]] = {
     "persistentResources.get": (None, aip.PersistentResource),
     "persistentResources.list": (None, aip.ListPersistentResourcesResponse),
     "persistentResources.delete": (None, _OPERATION),
+    "persistentResources.patch": (aip.PersistentResource, _OPERATION),
     "operations.get": (None, _OPERATION),
     "models.get": (None, aip.Model),
     "models.list": (None, aip.ListModelsResponse),

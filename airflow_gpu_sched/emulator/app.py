@@ -49,6 +49,7 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", rf"{_PARENT}/persistentResources", "persistentResources.list"),
         ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.get"),
         ("DELETE", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.delete"),
+        ("PATCH", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.patch"),
         ("GET", rf"(?P<name>{_PARENT}/operations/{_SEG})", "operations.get"),
         ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG}/operations/{_SEG})",
          "persistentResources.operations.get"),
@@ -155,6 +156,9 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
                                                  q.get("pageToken", ""))
     if rpc == "persistentResources.get":
         return backend.persistent_resources.get(args["name"])
+    if rpc == "persistentResources.patch":
+        return backend.persistent_resources.patch(args["name"], await _strict_body(request, rpc),
+                                                  q.get("updateMask", ""))
     if rpc == "persistentResources.delete":
         return backend.persistent_resources.delete(args["name"])
     if rpc in ("operations.get", "persistentResources.operations.get"):
