@@ -226,8 +226,10 @@ def _snake(camel: str) -> str:
 def dumps(table: dict) -> str:
     # one schema per line: compact, and a regeneration diff shows which schema changed
     lines = ['{"source":' + json.dumps(table["source"], sort_keys=True) + ",",
-             '"methods":' + json.dumps(table["methods"], sort_keys=True) + ",",
-             '"responses":' + json.dumps(table["responses"], sort_keys=True) + ",", '"schemas":{']
+             '"methods":' + json.dumps(table["methods"], sort_keys=True) + ","]
+    if "responses" in table:  # this module's table; compute_schema's has none
+        lines.append('"responses":' + json.dumps(table["responses"], sort_keys=True) + ",")
+    lines.append('"schemas":{')
     items = list(table["schemas"].items())
     for i, (name, schema) in enumerate(items):
         comma = "," if i < len(items) - 1 else ""
