@@ -55,7 +55,7 @@ def test_a_bounded_flex_start_pipeline_whose_job_never_runs_is_cancelled_at_its_
     training = result["train"].return_value
     attempts = training["attempts"]
     assert [(a["strategy"], a["state"]) for a in attempts] == [
-        ("FLEX_START", "CAPACITY_TIMEOUT"), ("STANDARD", "PIPELINE_STATE_SUCCEEDED")]
+        ("FLEX_START", "CAPACITY_TIMEOUT"), ("STANDARD", "JOB_STATE_SUCCEEDED")]
     assert attempts[0]["running_since"] is None and attempts[0]["gpu_hours"] == 0  # its job never ran
     assert attempts[1]["running_since"] is not None and attempts[1]["run_seconds"] > 0
     states = sorted(p["state"] for p in _pipelines(airflow))

@@ -301,6 +301,10 @@ class TrainingPipelineType(JobType):
     def needs_capacity_read(self, resource: Any, times: dict[str, Any] | None = None) -> bool:
         return _needs_capacity_read(resource, times)
 
+    def watch_mask(self) -> str:
+        """The active list names each pipeline's backing job too (read for "got capacity")."""
+        return ",".join((*WATCH_FIELDS, "trainingTaskMetadata"))
+
     def outputs(self, resource: Any) -> dict[str, Any]:
         model = resource.model_to_upload
         name = model.name if model is not None and model.name else None

@@ -19,7 +19,7 @@ from airflow_gpu_sched.orchestration.job_types import JobType
 
 async def read(job_type: JobType, item: Any, times: dict[str, Any] | None,
                client_factory: Callable[[], Awaitable[Any]]) -> tuple[Any, Any] | Exception:
-    """``(item, capacity job)``: the resource (re-read when its list page left the trials out)
+    """``(item, capacity job)``: the resource (re-read when its list page left out what names the job)
     and the custom job holding its GPUs as read now (None: no read needed, or it is gone); or
     the error of a failed read (a failed poll: the transient-error window applies)."""
     from airflow_gpu_sched.vertex.client import NotFoundError, VertexError
@@ -28,9 +28,10 @@ async def read(job_type: JobType, item: Any, times: dict[str, Any] | None,
         return item, None
     try:
         client = await client_factory()
-        if job_type.listed_without_details(item):
+        name = None if job_type.listed_without_details(item) else job_type.capacity_job(item, times)
+        if name is None:  # a list page (its readMask) left out the trials / the backing job: GET it whole
             item = await job_type.get(client, item.name)
-        name = job_type.capacity_job(item, times)
+            name = job_type.capacity_job(item, times)
         if name is None:
             return item, None
         try:
