@@ -56,9 +56,10 @@ def make_client(conn_id: str, location: str, project: str | None = None, api_end
     """A client from the Airflow connection; with ``api_endpoint`` and no such connection, a plain
     one for that endpoint (the emulator needs no credentials). Someone is waiting at a terminal:
     without ``wait`` a call is not retried (an unreachable endpoint is one error line at once)."""
-    from airflow.exceptions import AirflowNotFoundException
-
+    from airflow_gpu_sched import compat
     from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
+
+    AirflowNotFoundException = compat.AirflowNotFoundException
 
     retry = RetryPolicy(initial=0.5, maximum=5.0, deadline=WAIT_SECONDS if wait else 0.0)
     extra = {"api_endpoint": api_endpoint} if api_endpoint else {}
@@ -188,9 +189,10 @@ def training_tasks(dag_file: str) -> list[Any]:
     """The training operators of every DAG in the file, loaded as Airflow's DAG processor would."""
     if not os.path.isfile(dag_file):  # before importing Airflow: seconds saved on a typo
         raise CommandError(f"{dag_file}: no such file")
-    from airflow.dag_processing.dagbag import DagBag
-
+    from airflow_gpu_sched import compat
     from airflow_gpu_sched.operators.base import VertexTrainingOperator
+
+    DagBag = compat.DagBag
 
     # Airflow puts the DAGs folder on sys.path, so DAG files import their neighbours: do the same.
     folder = os.path.dirname(os.path.abspath(dag_file))
