@@ -10,11 +10,13 @@ start of a retry (a try after the first since the last clear) whose ledger is em
 with this task instance's labels are listed in each location of the plan; a live one (not
 ended) submitted by an earlier try is adopted: its key and position go in the ledger, and the
 try goes on as a try that died before saving the job's name does (found by its key, re-attached).
+A job that SUCCEEDED is taken on the same way (the run is complete: the retry trains nothing).
 
 What this does not bring back (docs/compatibility.md): the earlier tries' attempt history and
 counts (a retry on 3.1/3.2 starts the plan's budgets from its own try), a job that already
-ended (a job that SUCCEEDED while its try died is trained again), and a race: several live
-members are left to the reaper's orphan rule, not adopted (the retry races anew).
+ended otherwise than SUCCEEDED (the earlier try saw it, or died: the retry submits anew, where a
+kept ledger would let the plan act on it), and a race: several live members are not adopted
+(the retry races anew, the earlier members run to their end).
 
 May import: vertex, orchestration, operators; airflow.
 """
@@ -39,22 +41,30 @@ def identity_filter(identity: dict[str, str]) -> str:
                         if key not in _NOT_IDENTITY)
 
 
-def choose(jobs: list[Any], identity: dict[str, str], try_number: int, positions: int) -> tuple[Any, int] | None:
-    """Of the listed jobs (views), the one live job an earlier try of this task instance
-    submitted, and its plan position; None when there is none, or several (a race)."""
-    mine = []
+def choose(jobs: list[Any], identity: dict[str, str], try_number: int, first_try: int,
+           positions: int) -> tuple[Any, int] | None:
+    """Of the listed jobs (views), the job an earlier try since the last clear submitted that
+    this try takes on, and its plan position: the one live job, else the newest that SUCCEEDED
+    (its try died, or failed after the success: the run is complete, as a kept ledger says);
+    None when there is none, or several live (a race)."""
+    live, succeeded = [], []
     for job in jobs:
         labels = job.labels or {}
-        if labels.get("airflow-map-index") != identity.get("airflow-map-index") or job.is_terminal():
+        if labels.get("airflow-map-index") != identity.get("airflow-map-index"):
             continue
         submitted_by, key = labels.get("airflow-try", ""), labels.get(SUBMISSION_LABEL)
         position = labels.get(POSITION_LABEL, "")
-        if not key or not submitted_by.isdigit() or int(submitted_by) >= try_number:
+        if not key or not submitted_by.isdigit() or not first_try <= int(submitted_by) < try_number:
             continue
         if not position.isdigit() or int(position) >= positions:
             continue
-        mine.append((job, int(position)))
-    return mine[0] if len(mine) == 1 else None
+        if not job.is_terminal():
+            live.append((job, int(position)))
+        elif job.state is not None and job.state.value == "JOB_STATE_SUCCEEDED":
+            succeeded.append((job, int(position)))
+    if live:
+        return live[0] if len(live) == 1 else None
+    return max(succeeded, key=lambda found: str(found[0].create_time or "")) if succeeded else None
 
 
 def adopt_earlier_job(op: Any, context: Any, ledger: Any) -> str | None:
@@ -75,7 +85,7 @@ def adopt_earlier_job(op: Any, context: Any, ledger: Any) -> str | None:
     found: list[Any] = []
     for location in dict.fromkeys(location for _, location in positions):
         found.extend(op.job_kind.view(r) for r in op.job_kind.list_all(op.client(location), flt, 50))
-    chosen = choose(found, identity, tried, len(positions))
+    chosen = choose(found, identity, tried, first, len(positions))
     live = [j.name for j in found if not j.is_terminal()]
     if chosen is None:
         if len(live) > 1:
