@@ -196,6 +196,13 @@ def run_dag(dag, **test_kwargs) -> DagRunResult:
         for row in rows:
             key = row.task_id if row.map_index == -1 else (row.task_id, row.map_index)
             store.setdefault(key, {})[row.key] = json.loads(row.value)
+        # without a task_state_store (3.1/3.2) the ledger's store is the try's XCom (orchestration/ledger.py)
+        from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
+
+        for (task_id, map_index), task in tasks.items():
+            key = task_id if map_index == -1 else (task_id, map_index)
+            if LEDGER_KEY in task.xcoms and LEDGER_KEY not in store.get(key, {}):
+                store.setdefault(key, {})[LEDGER_KEY] = task.xcoms[LEDGER_KEY]
         return DagRunResult(dag.dag_id, run_id, str(dr.state), tasks, store)
 
 
