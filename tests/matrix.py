@@ -1,0 +1,82 @@
+"""The compatibility matrix (docs/compatibility.md): a named slice of the suite, run in a venv of
+another Airflow or Python than the main one (Airflow 3.3 / Python 3.11, where the whole suite runs).
+
+    python tests/matrix.py slice [pytest args...]     # the slice, in the Python running this
+    python tests/matrix.py venv AIRFLOW PYTHON DIR   # make DIR as the docs' install line does
+    python tests/matrix.py list                      # the matrix, one line per cell
+
+Each cell is one line of :data:`MATRIX`; adding Airflow 3.4 is one line there and one file,
+``constraints/airflow-3.4.txt`` (a ``pip freeze`` of the venv that passed the slice).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# (Airflow line, Python) -> the constraints file its venv installs with. 3.3 / 3.11 is the main
+# venv (make bootstrap: constraints.txt, the whole suite); the others run the slice.
+MATRIX = {
+    ("3.1", "3.11"): "constraints/airflow-3.1.txt",
+    ("3.2", "3.11"): "constraints/airflow-3.2.txt",
+    ("3.3", "3.10"): "constraints/airflow-3.3.txt",
+    ("3.3", "3.13"): "constraints/airflow-3.3.txt",
+}
+
+# Unit and wire tests of what differs between Airflow lines (the names that moved, the ledger's
+# store, re-attaching, triggers, the reaper, the CLI and the plugin), and `dags test` of every
+# example DAG, the race included (test_operator_dags.py).
+SLICE = [
+    "tests/test_compat.py",
+    "tests/test_layers.py",
+    "tests/test_operators.py",
+    "tests/test_operator_dags.py",
+    "tests/test_operator_job_types.py",
+    "tests/test_races.py",
+    "tests/test_retries.py",
+    "tests/test_resume_old_deferral.py",
+    "tests/test_triggers.py",
+    "tests/test_trigger_ownership.py",
+    "tests/test_on_kill_cancel.py",
+    "tests/test_reaper.py",
+    "tests/test_plan_engine.py",
+    "tests/test_client_core.py",
+    "tests/test_job_secrets.py",
+    "tests/test_observe_metrics.py",
+    "tests/test_provider.py",
+    "tests/test_cli_platform.py",
+    "tests/test_ui.py",
+]
+NOT_DEPLOYED = ["-m", "not e2e and not reliability"]
+
+
+def install_line(constraints: str) -> list[str]:
+    """What docs/compatibility.md tells users (with the test extra, for the slice)."""
+    return ["-c", constraints, "-e", f"{REPO}[test]"]
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["slice"]:
+        return subprocess.call([sys.executable, "-m", "pytest", *NOT_DEPLOYED, *SLICE, *argv[1:]], cwd=REPO)
+    if argv[:1] == ["list"]:
+        for (airflow, python), constraints in MATRIX.items():
+            print(f"Airflow {airflow}  Python {python}  {constraints}")
+        return 0
+    if argv[:1] == ["venv"] and len(argv) == 4:
+        airflow, python, where = argv[1:]
+        constraints = str(REPO / MATRIX[(airflow, python)])
+        pyenv = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip() or "/root/.pyenv"
+        interpreter = sorted(Path(pyenv, "versions").glob(f"{python}.*"))[-1] / "bin" / "python"
+        subprocess.check_call([str(interpreter), "-m", "venv", where])
+        pip = [f"{where}/bin/python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.check_call([*pip, "pip==24.3.1"])
+        return subprocess.call([*pip, *install_line(constraints)])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
