@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_gpu_sched import compat
-from airflow_gpu_sched.operators import events, lineage, reattach, region_order, run, waits
+from airflow_gpu_sched.operators import events, lineage, region_order, run, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
@@ -220,7 +220,7 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ entry points: validate -> run loop -> result
 
     def execute(self, context: Context) -> Any:
-        from airflow_gpu_sched.operators import race
+        from airflow_gpu_sched.operators import race, reattach
 
         self.validated_job(context)  # bad input fails here, before any API call
         with run.vertex_reachable():
