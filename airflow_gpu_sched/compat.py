@@ -117,6 +117,17 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def dag_bag(dag_folder: str, **kwargs: Any) -> Any:
+    """A ``DagBag`` of ``dag_folder`` alone: 3.1's and 3.2's also load Airflow's example DAGs
+    when ``[core] load_examples`` is on unless told not to (3.3's takes no such argument)."""
+    import inspect
+
+    bag = resolve("DagBag")
+    if "include_examples" in inspect.signature(bag.__init__).parameters:
+        kwargs.setdefault("include_examples", False)
+    return bag(dag_folder=dag_folder, **kwargs)
+
+
 def summary() -> dict[str, bool]:
     """Every capability of this Airflow (for `airflow-gpu-sched` and the docs' table)."""
     return {name: capability(name) for name in CAPABILITIES}

@@ -232,3 +232,11 @@ def test_a_retry_without_a_task_state_store_re_attaches_to_its_job_by_labels(air
     job = result["train"].return_value["job_name"]
     assert result.task_state_store["train"]["airflow_gpu_sched.ledger"]["completed"] is True
     assert job.startswith(f"projects/{PROJECT}/locations/{LOCATION}/customJobs/")
+
+
+def test_a_dag_bag_of_one_file_holds_that_files_dags_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "True")  # 3.1/3.2 would add Airflow's examples
+    dag_file = tmp_path / "one.py"
+    dag_file.write_text("from airflow.sdk import DAG\nwith DAG('only_this', schedule=None):\n    pass\n")
+    bag = compat.dag_bag(str(dag_file), safe_mode=False)
+    assert sorted(bag.dags) == ["only_this"] and not bag.import_errors

@@ -192,14 +192,12 @@ def training_tasks(dag_file: str) -> list[Any]:
     from airflow_gpu_sched import compat
     from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
-    DagBag = compat.DagBag
-
     # Airflow puts the DAGs folder on sys.path, so DAG files import their neighbours: do the same.
     folder = os.path.dirname(os.path.abspath(dag_file))
     if folder not in sys.path:
         sys.path.insert(0, folder)
     with _quiet("airflow.dag_processing"):  # its log lines would mix with the table/JSON; errors come below
-        bag = DagBag(dag_folder=dag_file, safe_mode=False)
+        bag = compat.dag_bag(dag_file, safe_mode=False)
     if bag.import_errors:
         raise CommandError(f"{dag_file}: " + "\n".join(_exception_text(err) for err in bag.import_errors.values()))
     return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks
