@@ -49,6 +49,24 @@ def logs_to_stderr() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
+    # Airflow's structlog loggers made from here on: their factory's output unset means stdout
+    # (Airflow 3.1 printed a connection warning ahead of the JSON that way)
+    with contextlib.suppress(Exception):
+        import structlog
+
+        factory = structlog.get_config().get("logger_factory")
+        if hasattr(factory, "io") and factory.io is None:
+            factory.io = _Stderr(binary="Bytes" in getattr(factory.cls, "__name__", ""))
+
+
+class _Stderr:
+    """``sys.stderr`` as it is at each write (a test's capture, replaced between tests, included)."""
+
+    def __init__(self, binary: bool):
+        self.binary = binary
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stderr.buffer if self.binary else sys.stderr, name)
 
 
 def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None,
