@@ -117,6 +117,38 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+async def xcom_aset(key: str, value: Any, *, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> None:
+    """An XCom of a task instance written from a trigger (the triggerer's channel): ``XCom.aset``
+    (3.3), else the message it sends, which 3.1's and 3.2's triggerer supervisors take too."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    where = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+    if hasattr(XCom, "aset"):
+        await XCom.aset(key, value, **where)
+        return
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import SetXCom
+
+    wire = XCom.serialize_value(value=value, key=key, **where)
+    await task_runner.SUPERVISOR_COMMS.asend(SetXCom(key=key, value=wire, **where))
+
+
+async def xcom_aget_one(*, key: str, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> Any:
+    """An XCom of a task instance read from a trigger: ``XCom.aget_one`` (3.3), else its message."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    where = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+    if hasattr(XCom, "aget_one"):
+        return await XCom.aget_one(key=key, **where)
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import GetXCom, XComResult
+
+    found = await task_runner.SUPERVISOR_COMMS.asend(GetXCom(key=key, **where))
+    if not isinstance(found, XComResult) or found.value is None:
+        return None
+    return XCom.deserialize_value(found)
+
+
 def dag_bag(dag_folder: str, **kwargs: Any) -> Any:
     """A ``DagBag`` of ``dag_folder`` alone: 3.1's and 3.2's also load Airflow's example DAGs
     when ``[core] load_examples`` is on unless told not to (3.3's takes no such argument)."""

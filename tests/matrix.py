@@ -45,6 +45,7 @@ SLICE = [
     "tests/test_plan_engine.py",
     "tests/test_client_core.py",
     "tests/test_job_secrets.py",
+    "tests/test_job_logs.py",
     "tests/test_observe_metrics.py",
     "tests/test_provider.py",
     "tests/test_cli_platform.py",
@@ -58,16 +59,11 @@ NOT_DEPLOYED = ["-m", "not e2e and not reliability"]
 _NO_STORE = ("a retry starts the plan over without a task_state_store: the attempt history, the plan's "
              "budgets and a race in flight are not carried to the next try (the live or succeeded job is, "
              "by its labels: tests/test_compat.py)")
-_NO_ON_KILL = ("no BaseTrigger.on_kill before 3.3 (the reaper cancels), and no async XCom API in the "
-               "triggerer: the hand-over records these tests read are not written")
 _OLD = {
     "tests/test_retries.py::test_what_a_retry_does_after_each_way_a_training_task_ends": _NO_STORE,
     "tests/test_races.py::test_a_worker_killed_between_two_creates_re_attaches": _NO_STORE,
     "tests/test_races.py::test_a_worker_killed_after_saving_a_key_but_before_its_name": _NO_STORE,
     "tests/test_races.py::test_a_race_an_earlier_try_made_that_is_cancelled_after_this_try": _NO_STORE,
-    "tests/test_trigger_ownership.py::test_a_trigger_handed_over_leaves_the_job_running": _NO_ON_KILL,
-    "tests/test_trigger_ownership.py::test_a_race_handed_over_leaves_its_members": _NO_ON_KILL,
-    "tests/test_trigger_ownership.py::test_a_late_copy_of": _NO_ON_KILL,
     "tests/test_observe_metrics.py::test_metrics_reach_statsd": "the test sets up 3.3's airflow.sdk.observability",
     "tests/test_races.py::test_race_members_reach_the_metrics": "the test sets up 3.3's airflow.sdk.observability",
     "tests/test_provider.py::test_with_the_google_provider_installed": (
