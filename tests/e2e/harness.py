@@ -418,6 +418,11 @@ class AirflowDeployment:
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         # a hang guard: the API server answered a run-state read in over 30 s on a loaded machine
         response = self.session.request(method, f"{self.api_url}/api/v2/{path.lstrip('/')}", timeout=180, **kwargs)
+        if response.status_code == 401:  # 3.1/3.2 ask a token even of all-admins: the one it hands out
+            token = self.session.get(f"{self.api_url}/auth/token", timeout=30).json()["access_token"]
+            self.session.headers["Authorization"] = f"Bearer {token}"
+            response = self.session.request(method, f"{self.api_url}/api/v2/{path.lstrip('/')}", timeout=180,
+                                            **kwargs)
         if response.status_code >= 400:
             raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
         return response.json() if response.content else None
