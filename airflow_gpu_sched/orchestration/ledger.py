@@ -108,7 +108,8 @@ def store_of(context: Any) -> tuple[Any, bool]:
     from airflow_gpu_sched import compat
 
     ti = context.get("ti")
-    if not compat.HAS_TASK_STATE_STORE and ti is not None and all(isinstance(getattr(ti, f, None), str) for f in ("dag_id", "task_id", "run_id")):
+    identified = ti is not None and all(isinstance(getattr(ti, f, None), str) for f in ("dag_id", "task_id", "run_id"))
+    if identified and not compat.HAS_TASK_STATE_STORE:
         return XComStore(ti), False
     return None, False
 
