@@ -29,6 +29,11 @@ CUSTOM_FLIGHTS = ("vertexai_custom_job_query", "vertexai_custom_job_cancel_and_d
 TUNING_FLIGHTS = ("vertexai_hp_tuning_job_query", "vertexai_hp_tuning_job_cancel_and_delete",
                   "vertexai_hp_tuning_job_field_filters")
 FLIGHTS = CUSTOM_FLIGHTS + TUNING_FLIGHTS
+# Recorded besides (issue 40), vendored from the same snapshot: a RUNNING batch prediction job
+# cancelled (CANCELLING, then CANCELLED), and model uploads whose operations were polled until done.
+BATCH_CANCEL_FLIGHT = "vertexai-batch-prediction-job-stop-and-delete"
+MODEL_UPLOAD_FLIGHT = "vertexai-model-multi-location"
+_COLLECTIONS = ("customJobs", "hyperparameterTuningJobs", "batchPredictionJobs")
 # The request bodies are not recorded; these are cloud-custodian's (tools/c7n_gcp/tests/
 # test_vertexai.py, create_custom_job / create_hp_job): no diskSpec, replicaCount a number.
 CREATE_POOL = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
@@ -65,16 +70,16 @@ class Call:
     @property
     def kind(self) -> str:
         """create, list, get, cancel or delete."""
-        collection = self.key.endswith(("customJobs", "hyperparameterTuningJobs"))
+        collection = self.key.endswith(_COLLECTIONS + ("-models",))
         if self.method == "DELETE":
             return "delete"
         if self.method == "POST":
-            return "create" if collection else "cancel"
+            return "create" if collection or self.key.endswith("models-upload") else "cancel"
         return "list" if collection else "get"
 
     @property
     def collection(self) -> str:
-        return "hyperparameterTuningJobs" if "hyperparameterTuningJobs" in self.key else "customJobs"
+        return next((c for c in _COLLECTIONS[1:] if c in self.key), "customJobs")
 
     def jobs(self) -> list[dict]:
         """The job bodies this call answered (a list's items, a create's or a get's job)."""

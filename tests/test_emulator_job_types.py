@@ -531,8 +531,12 @@ def test_quota_infos_list_the_limits_set_per_region_with_a_default(emulator):
         assert [q.name for q in client.list_quota_infos()] == [q.name for q in infos]
 
 
-def test_scenario_quotas_are_served_and_enforced(vertex, emulator):
-    emulator.reset({"seed": 7, "speed": STILL, "defaultGpuQuota": 32,
+@pytest.mark.parametrize("running, waiting_state", [("job_created", "PIPELINE_STATE_RUNNING"),
+                                                    ("job_running", "PIPELINE_STATE_PENDING")])
+def test_scenario_quotas_are_served_and_enforced(vertex, emulator, running, waiting_state):
+    # issue 40: a pipeline is RUNNING as soon as its job exists, the job still waiting (observed);
+    # the old expectation (PENDING until its job runs) is the variant pipelineRunning: job_running
+    emulator.reset({"seed": 7, "speed": STILL, "defaultGpuQuota": 32, "variants": {"pipelineRunning": running},
                     "quotas": [{"metric": H100_PREEMPTIBLE, "region": LOCATION, "limit": 1}]})
     infos = [QuotaInfo.model_validate(q) for q in _quota_infos_raw(emulator.url).json()["quotaInfos"]]
     assert quota_limit(infos, H100_PREEMPTIBLE, LOCATION) == 1
@@ -543,7 +547,7 @@ def test_scenario_quotas_are_served_and_enforced(vertex, emulator):
     emulator.advance(40)
     assert vertex.pipeline(first)["state"] == "PIPELINE_STATE_RUNNING"
     waiting = vertex.pipeline(second)
-    assert waiting["state"] == "PIPELINE_STATE_PENDING"
+    assert waiting["state"] == waiting_state
     assert vertex.job(waiting["trainingTaskMetadata"]["backingCustomJob"])["state"] == "JOB_STATE_QUEUED"
 
 

@@ -79,3 +79,41 @@ def test_a_reservation_with_local_ssds_cannot_be_consumed():
     with_ssd = {**plain, "specificReservation": {**plain["specificReservation"], "instanceProperties": {
         **props, "localSsds": [{"diskSizeGb": "375", "interface": "NVME"}]}}}
     assert [p for p in fit(spec, Reservation.model_validate(with_ssd)).problems if "Local SSD" in p]
+
+
+# ------------------------------------------------------------------ the counts at the top of docs/fidelity.md
+
+FIDELITY = __import__("pathlib").Path(__file__).parent.parent / "docs" / "fidelity.md"
+CLASSES = ("recorded", "documented", "observed", "assumed", "emulator-only")
+
+
+def _rows_by_class(text: str) -> dict[str, list[str]]:
+    """Each table row (behaviour, emulator, evidence, operator) under the first class its evidence
+    cell names, as the page says it counts them."""
+    import re
+
+    found: dict[str, list[str]] = {c: [] for c in CLASSES}
+    for line in text.splitlines():
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if cells[2].lower() in ("evidence", "source"):  # a table's header
+            continue
+        first = re.match(r"\**([a-z-]+)", cells[2].lower())
+        assert first and first.group(1) in CLASSES, f"row {cells[0]!r}: evidence must start with a class: {cells[2]!r}"
+        found[first.group(1)].append(cells[0])
+    return found
+
+
+def test_the_counts_by_class_at_the_top_match_the_rows():
+    import re
+
+    text = FIDELITY.read_text(encoding="utf-8")
+    rows = _rows_by_class(text)
+    stated = re.search(r"\*\*Rows by evidence class\*\*.*?\((\d+) rows\)", text, re.S)
+    assert stated, "docs/fidelity.md: the counts by class at the top are missing"
+    line = stated.group(0)
+    counts = {c: int(re.search(rf"{c} (\d+)", line).group(1)) for c in CLASSES}
+    assert counts == {c: len(r) for c, r in rows.items()}
+    assert int(stated.group(1)) == sum(counts.values())
+    assert counts["recorded"] >= 14  # the batch-prediction cancel and the operations moved in (issue 40)

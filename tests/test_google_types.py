@@ -44,7 +44,7 @@ def test_google_shaped_exchanges_pass():
         exchange(request=JOB, response={**JOB, "name": "projects/p/locations/l/customJobs/1",
                                         "state": "JOB_STATE_QUEUED", "createTime": "2026-01-01T00:00:00.5Z"}),
         exchange("customJobs.list", query=[("filter", 'state="JOB_STATE_RUNNING"'), ("pageSize", "10")],
-                 response={"customJobs": [], "nextPageToken": "t"}),
+                 response={"nextPageToken": "t"}),  # an empty list is not printed
         exchange("customJobs.cancel", request={}, response={}),
         exchange("operations.get", response=done),
         exchange("trainingPipelines.create", request=PIPELINE, response=PIPELINE),
@@ -81,6 +81,28 @@ def test_a_response_must_be_in_the_canonical_form_google_writes():
     snake = {"display_name": "x"}
     assert fields(exchange_violations(exchange("customJobs.get", response=snake))) == [
         ("response", "CustomJob.display_name")]
+
+
+def test_a_default_google_does_not_print_is_a_violation_and_a_field_with_presence_is_not():
+    """Proto3 JSON as Google's servers print it (issue 40): recorded, an operation not yet done has
+    no ``done`` key and an idle pool no ``usedReplicaCount``; ``replicaCount`` is proto3
+    ``optional``, so a "0" that was set is printed."""
+    running = {"name": "projects/p/locations/l/operations/1", "done": False, "metadata": {
+        "@type": "type.googleapis.com/google.cloud.aiplatform.v1.CreatePersistentResourceOperationMetadata",
+        "genericMetadata": {"createTime": "2026-01-01T00:00:00Z", "updateTime": "2026-01-01T00:00:00Z"}}}
+    pool = {"name": "projects/p/locations/l/persistentResources/r", "state": "RUNNING", "resourcePools": [
+        {"id": "a", "replicaCount": "0", "usedReplicaCount": "0", "autoscalingSpec": {"minReplicaCount": "0"},
+         "machineSpec": {"machineType": "n1-standard-4", "acceleratorCount": 0}}]}
+    listed = {"customJobs": [], "nextPageToken": ""}
+    assert fields(exchange_violations(exchange("operations.get", response=running))) == [
+        ("response", "Operation.done")]
+    assert fields(exchange_violations(exchange("persistentResources.get", response=pool))) == [
+        ("response", "PersistentResource.resourcePools[0].usedReplicaCount"),
+        ("response", "PersistentResource.resourcePools[0].machineSpec.acceleratorCount")]
+    assert fields(exchange_violations(exchange("customJobs.list", response=listed))) == [
+        ("response", "ListCustomJobsResponse.customJobs"), ("response", "ListCustomJobsResponse.nextPageToken")]
+    assert exchange_violations(exchange("operations.get", response={k: v for k, v in running.items()
+                                                                       if k != "done"})) == []
 
 
 def test_a_custom_task_pipelines_inputs_parse_into_custom_job_spec():

@@ -10,6 +10,7 @@ Importing ``a.b.c`` also runs ``a.b``'s ``__init__``, so it is an edge to that p
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -100,6 +101,7 @@ def _own(name: str) -> str | None:
     return name
 
 
+@functools.cache  # read-only: parsed once for the ~170 tests that read it (was once per test)
 def _graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in MODULES.items():

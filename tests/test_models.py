@@ -129,3 +129,18 @@ def test_any_canonical_job_round_trips(pools, strategy, wait, labels):
         del body["labels"]
     assert CustomJob.model_validate(body).to_api() == body
     assert format_duration(parse_duration(f"{wait}s")) == f"{wait}s"
+
+
+def test_absent_keys_read_as_proto3_defaults():
+    """Vertex prints no default of a field without presence (issue 40): an operation not done has
+    no ``done``, an idle pool no ``usedReplicaCount``, a quota limit of 0 is ``details: {}``."""
+    from airflow_gpu_sched.vertex.job_type_models import QuotaInfo
+    from airflow_gpu_sched.vertex.models import Operation, PersistentResource
+
+    assert Operation.from_api({"name": "projects/p/locations/l/operations/1"}).done is False
+    pool = PersistentResource.from_api({"resourcePools": [{"id": "a", "replicaCount": "2"}]}).resource_pools[0]
+    assert pool.used_replica_count == 0 and pool.free_replicas == 2
+    info = QuotaInfo.model_validate({"dimensionsInfos": [{"dimensions": {"region": "us-east4"}, "details": {}},
+                                                         {"details": {"value": "8"}}]})
+    assert info.limit_for("us-east4") == 0  # a 0 limit, not unknown
+    assert info.limit_for("europe-west4") == 8  # the default info has no dimensions at all

@@ -28,7 +28,7 @@ EAST = "us-east4"
 WAITING = {"JOB_STATE_QUEUED", "JOB_STATE_PENDING"}
 
 DAG_FILE = '''
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG
 
@@ -39,7 +39,7 @@ with DAG("{dag_id}", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timez
         task_id="train", project_id="{project}", location="{location}", image_uri="gcr.io/p/trainer:1",
         machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1,
         base_output_dir="gs://bucket/stop", poll_interval=0.05, deferrable={deferrable},
-        plan={plan!r},
+        plan={plan!r}, execution_timeout={execution_timeout},
     )
 '''
 
@@ -79,7 +79,8 @@ def test_airflow_dags_test_killed_while_flex_start_waits_creates_nothing_more(ai
         emulator.set_capacity(EAST, "NVIDIA_TESLA_A100", flex_start=0)  # nor there; SPOT in us-east4 has them
     dag_id = f"stop_{'race' if race else 'deferrable' if deferrable else 'sync'}"
     (tmp_path / f"{dag_id}.py").write_text(DAG_FILE.format(dag_id=dag_id, project=PROJECT, location=LOCATION,
-                                                           deferrable=deferrable, plan=_plan(race)))
+                                                           deferrable=deferrable, plan=_plan(race),
+                                                           execution_timeout=None))
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path), "PYTHONPATH": str(REPO),
            "PYTHONUNBUFFERED": "1"}
     out = tmp_path / "dags_test.log"
@@ -111,3 +112,27 @@ def test_airflow_dags_test_killed_while_flex_start_waits_creates_nothing_more(ai
     assert "task killed: cancelling" in log, log[-3000:]
     assert "capacity never came" not in log and "falling back to" not in log, log[-3000:]
     assert "the task was told to stop" in log, log[-3000:]  # the try ended on the stop, not on a verdict
+
+
+def test_a_sync_try_past_its_execution_timeout_cancels_its_job_and_creates_no_other(airflow_db, fast_emulator,
+                                                                                    tmp_path):
+    """``execution_timeout`` with ``deferrable=False``: Airflow's SIGALRM raises AirflowTaskTimeout in
+    the worker's poll loop and calls ``on_kill``: the FLEX_START job is cancelled and the plan does not
+    go on to SPOT (the try failed on its timeout, not on the service's verdict)."""
+    emulator = fast_emulator
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    dag_id = "stop_execution_timeout"
+    (tmp_path / f"{dag_id}.py").write_text(DAG_FILE.format(dag_id=dag_id, project=PROJECT, location=LOCATION,
+                                                           deferrable=False, plan=_plan(False),
+                                                           execution_timeout="timedelta(seconds=20)"))
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path), "PYTHONPATH": str(REPO),
+           "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", dag_id], env=env, cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)  # hang guard
+    log = done.stdout
+    assert emulator.stats()["jobsCreated"] == {"FLEX_START": 1}, log[-3000:]  # no SPOT job
+    [job] = every_custom_job(emulator, LOCATION)
+    state = requests.get(f"{emulator.url}/v1/{job['name']}", timeout=5).json()["state"]
+    assert state in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"), (state, log[-3000:])
+    assert "AirflowTaskTimeout" in log and "task killed: cancelling" in log, log[-3000:]
+    assert "capacity never came" not in log and "falling back to" not in log, log[-3000:]

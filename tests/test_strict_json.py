@@ -67,7 +67,9 @@ def test_body_fields_of_the_table_are_the_gapic_http_rules_bodies():
              "trainingPipelines.create": _BasePipelineServiceRestTransport._BaseCreateTrainingPipeline,
              "trainingPipelines.cancel": _BasePipelineServiceRestTransport._BaseCancelTrainingPipeline,
              "persistentResources.create":
-                 _BasePersistentResourceServiceRestTransport._BaseCreatePersistentResource}
+                 _BasePersistentResourceServiceRestTransport._BaseCreatePersistentResource,
+             "persistentResources.patch":
+                 _BasePersistentResourceServiceRestTransport._BaseUpdatePersistentResource}
     assert {rpc: rules[rpc]._get_http_options()[0]["body"] for rpc, *_ in schema.METHODS} == {
         rpc: body for rpc, _, _, body in schema.METHODS}
 

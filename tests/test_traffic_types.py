@@ -51,8 +51,12 @@ def test_every_rpc_the_emulator_serves_speaks_googles_types(emulator):
         operation = client.create_persistent_resource(POOL, "made-here")
         emulator.advance(120)
         client.get_operation(operation.name)  # done: its response is the PersistentResource
-        client.get_persistent_resource("made-here")
+        made = client.get_persistent_resource("made-here")
         client.list_persistent_resources_page(page_size=1)
+        pools = [{"id": made.resource_pools[0].id, "replicaCount": "2"}]  # our client has no patch: raw HTTP
+        requests.patch(f"{root}/persistentResources/made-here", params={"updateMask": "resource_pools.replica_count"},
+                       json={"resourcePools": pools}, timeout=5)
+        emulator.advance(120)
         deleted = client.delete_persistent_resource("made-here")
         client.get_operation(deleted.name)  # a delete's operation lives under the location
 

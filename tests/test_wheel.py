@@ -92,7 +92,9 @@ def test_demo_strategies_runs_from_the_installed_wheel(installed, tmp_path):
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import airflow_gpu_sched; print(airflow_gpu_sched.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert where.startswith(str(venv)), where  # the wheel's copy, not the checkout
-    run = subprocess.run([str(venv / "bin" / "airflow-gpu-sched"), "demo", "--strategies"], cwd=tmp_path, env=env,
+    # at 600x, as tests/test_cli.py runs it: the installed copy is what is checked, not the speed (22 s -> 6 s)
+    run = subprocess.run([str(venv / "bin" / "airflow-gpu-sched"), "demo", "--strategies", "--speed", "600"],
+                         cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "All three jobs succeeded." in run.stdout

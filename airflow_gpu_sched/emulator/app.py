@@ -29,6 +29,7 @@ from airflow_gpu_sched.emulator.limits import MAX_ADVANCE_SECONDS, bounded_secon
 from airflow_gpu_sched.emulator.logging_api import add_logging_routes
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.paging import parse_page_size
+from airflow_gpu_sched.emulator.proto_json import canonical
 from airflow_gpu_sched.emulator.scenario import CapacitySetting, Faults, QuotaSetting, QuotasSetting, Scenario
 from airflow_gpu_sched.emulator.strict_json import refusal
 from airflow_gpu_sched.emulator.traffic import TrafficRecorder
@@ -48,6 +49,7 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", rf"{_PARENT}/persistentResources", "persistentResources.list"),
         ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.get"),
         ("DELETE", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.delete"),
+        ("PATCH", rf"(?P<name>{_PARENT}/persistentResources/{_SEG})", "persistentResources.patch"),
         ("GET", rf"(?P<name>{_PARENT}/operations/{_SEG})", "operations.get"),
         ("GET", rf"(?P<name>{_PARENT}/persistentResources/{_SEG}/operations/{_SEG})",
          "persistentResources.operations.get"),
@@ -154,6 +156,9 @@ async def _dispatch(backend: Backend, rpc: str, args: dict[str, str], request: R
                                                  q.get("pageToken", ""))
     if rpc == "persistentResources.get":
         return backend.persistent_resources.get(args["name"])
+    if rpc == "persistentResources.patch":
+        return backend.persistent_resources.patch(args["name"], await _strict_body(request, rpc),
+                                                  q.get("updateMask", ""))
     if rpc == "persistentResources.delete":
         return backend.persistent_resources.delete(args["name"])
     if rpc in ("operations.get", "persistentResources.operations.get"):
@@ -304,7 +309,8 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
                 return fault
         backend.advance()
         try:
-            response = _json(await _dispatch(backend, rpc, args, request))
+            # printed as Google's servers print: no default of a field without presence
+            response = _json(canonical(rpc, await _dispatch(backend, rpc, args, request)))
         except ApiError as exc:
             response = _error(exc)
         return fault or response  # a fault after the handler: done, but the answer is lost

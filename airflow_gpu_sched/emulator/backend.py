@@ -127,6 +127,8 @@ class Backend:
         return self.custom_jobs.preempt(name)
 
     def set_resource_state(self, name: str, state: str, message: str | None = None) -> dict:
+        if "/customJobs/" in name:  # a job held in PAUSED or a state unknown to the client
+            return self.custom_jobs.set_state(name, state)
         return self.persistent_resources.set_state(name, state, message)
 
     # ------------------------------------------------------------------ emulator-only views

@@ -45,6 +45,7 @@ QUERY_PARAMETERS: dict[str, tuple[str, ...]] = {
     "persistentResources.list": ("pageSize", "pageToken"),  # no filter, no readMask
     "persistentResources.get": (),
     "persistentResources.delete": (),
+    "persistentResources.patch": ("updateMask",),
     "operations.get": (),
     "persistentResources.operations.get": (),
     "hyperparameterTuningJobs.create": (),

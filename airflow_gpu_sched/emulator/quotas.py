@@ -148,13 +148,16 @@ class QuotaStore:
 
     def quota_info(self, project: str, metric: str) -> dict[str, Any]:
         """One Cloud Quotas ``QuotaInfo`` (JSON): regional limits first (most specific), then the
-        default for all other regions (``dimensions: {}``)."""
+        default for all other regions (no ``dimensions``)."""
         regional = sorted((r, v) for (m, r), v in self.limits.items() if m == metric and r is not None)
         default = self.limits.get((metric, None), self.default_limit)
-        infos = [{"dimensions": {"region": r}, "details": {"value": str(v)}, "applicableLocations": [r]}
+        # proto3 JSON, as Google prints it: no default of a field without presence (an empty map,
+        # a 0 limit, false), so the default info has no "dimensions" and a 0 limit is "details": {}
+        details = lambda v: {"value": str(v)} if v else {}  # noqa: E731
+        infos = [{"dimensions": {"region": r}, "details": details(v), "applicableLocations": [r]}
                  for r, v in regional]
         others = [r for r in REGIONS if r not in dict(regional)]
-        infos.append({"dimensions": {}, "details": {"value": str(default)}, "applicableLocations": others})
+        infos.append({"details": details(default), "applicableLocations": others})
         quota_id = _quota_id(metric)
         return {
             "name": f"projects/{project}/locations/global/services/{AIPLATFORM_SERVICE}/quotaInfos/{quota_id}",
@@ -168,7 +171,5 @@ class QuotaStore:
             "quotaDisplayName": _display(metric),
             "metricUnit": "1/{project}/{region}",
             "quotaIncreaseEligibility": {"isEligible": True},
-            "isFixed": False,
-            "isConcurrent": False,
-            "dimensionsInfos": infos,
+            "dimensionsInfos": infos,  # isFixed, isConcurrent: false, so not printed
         }

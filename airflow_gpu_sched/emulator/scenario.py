@@ -150,6 +150,14 @@ class Variants(_Camel):
     # OnDemand, Spot as usageType Preemptible, and DWS flex-start SKUs ("dws"); no DWS SKUs at all
     # ("no_dws"); Spot told apart only by "Spot" in the description ("spot_in_description").
     billing_skus: Literal["dws", "no_dws", "spot_in_description"] = "dws"
+    # When a training pipeline shows PIPELINE_STATE_RUNNING: as soon as its backing custom job
+    # exists, the job still waiting for its VMs ("job_created": observed, Feb 2026 public training
+    # logs: RUNNING at +5-35 s, the job "preparing" until +215-222 s), or when that job runs
+    # ("job_running": the emulator's old behaviour).
+    pipeline_running: Literal["job_created", "job_running"] = "job_created"
+    # When a tuning job shows JOB_STATE_RUNNING: when its first trial's custom job runs
+    # ("trial_running"), or as soon as its first trial is created ("trial_created"). Not known.
+    tuning_running: Literal["trial_running", "trial_created"] = "trial_running"
 
 
 class SeededPersistentResource(_Camel):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_gpu_sched import compat
-from airflow_gpu_sched.operators import events, lineage, region_order, run, waits
+from airflow_gpu_sched.operators import events, lineage, region_order, run, running, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
@@ -30,6 +30,8 @@ from airflow_gpu_sched.orchestration import assets, training_spec
 from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec
 from airflow_gpu_sched.orchestration.ledger import SubmissionLedger
 from airflow_gpu_sched.vertex.defaults import TRANSIENT_ERROR_WINDOW
+
+AIRFLOW_FAIL_METHOD = "__fail__"  # Airflow's TRIGGER_FAIL_REPR: a deferral resumed only to fail
 
 if TYPE_CHECKING:  # the pydantic models, rules and job types load when a task runs, not at DAG parse
     from airflow.sdk import Context
@@ -135,6 +137,7 @@ class VertexTrainingOperator(BaseOperator):
         self.run_ledger: SubmissionLedger | None = None  # the running loop's
         self.race_jobs: list[str] = []  # a race's members on_kill cancels (sync mode)
         self.try_key: tuple | None = None  # the running try (orchestration/stops.py): on_kill stops it
+        self.execution_deadline: datetime | None = None  # execution_timeout's end, kept through deferrals
         training_spec.check_at_parse_time(self)
 
     def own_steps(self) -> list[Step]:
@@ -222,6 +225,7 @@ class VertexTrainingOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         from airflow_gpu_sched.operators import race, reattach
 
+        self.execution_deadline = running.execution_deadline(self, context)
         self.validated_job(context)  # bad input fails here, before any API call
         with run.vertex_reachable():
             ledger = self._ledger_of(context)
@@ -231,11 +235,13 @@ class VertexTrainingOperator(BaseOperator):
             return run.run(self, context, ledger, *started)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        self.execution_deadline = running.execution_deadline(self, context)
         """Back from the triggerer with the job's event: the loop goes on from there."""
         with run.vertex_reachable():
             return run.run(self, context, self._ledger_of(context), *events.job_event(self, context, event))
 
     def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
+        self.execution_deadline = running.execution_deadline(self, context)
         """Back from the triggerer with a race's event (operators/race.py)."""
         from airflow_gpu_sched.operators import race
 
@@ -244,6 +250,7 @@ class VertexTrainingOperator(BaseOperator):
             return run.run(self, context, ledger, *race.race_event(self, context, event))
 
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
+        self.execution_deadline = running.execution_deadline(self, context)
         """Back from the triggerer with the persistent resource's event."""
         with run.vertex_reachable():
             return run.run(self, context, self._ledger_of(context), events.capacity_event(event))
@@ -268,8 +275,9 @@ class VertexTrainingOperator(BaseOperator):
 
     def wait_on(self, trigger: BaseTrigger, method_name: str) -> dict[str, Any]:
         """Defer to ``trigger`` (back through ``method_name``), or run it here until its first event."""
-        if self.deferrable:
-            self.defer(trigger=trigger, method_name=method_name)
+        if self.deferrable:  # under execution_timeout's deadline, which Airflow 3 leaves to the deferral
+            self.defer(trigger=trigger, method_name=method_name,
+                       timeout=running.deferral_timeout(self.execution_deadline))
         return first_event(trigger)
 
     # ------------------------------------------------------------------ lineage, kill
@@ -277,6 +285,23 @@ class VertexTrainingOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (the provider's listener calls it): inputs, outputs, ``gpuTraining`` facet."""
         return lineage.facets_on_complete(self, task_instance)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow resumes a try whose deferral timed out (``execution_timeout``) only to fail it
+        (``__fail__``), and its trigger was cancelled without ``on_kill``: the try stops here like a
+        killed one (its waiting jobs cancelled, the cancels recorded as ours), then fails as Airflow says."""
+        if next_method == AIRFLOW_FAIL_METHOD:
+            from airflow_gpu_sched.operators.kill import kill
+
+            self.run_ledger = ledger = self._ledger_of(context)
+            jobs = ledger.open_jobs()
+            if ledger.race is not None:
+                self.race_jobs = jobs
+            else:
+                self.running_job = jobs[0] if jobs else None
+            self.log.info("the deferral ended on Airflow's timeout: the try stops")
+            kill(self)
+        return super().resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:
         """The try is told to stop: it creates no job and moves no plan from here, and its job (a

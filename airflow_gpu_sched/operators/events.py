@@ -57,7 +57,7 @@ def job_event(op: Any, context: Any, payload: Any) -> tuple[engine.JobEnded, End
         restarts=int(payload.get("observed_restarts", 0)), running_bound=payload.get("running_bound"),
         max_wait=scheduling.max_wait_duration if scheduling else None, try_number=tried,
         log_tail=log_tail, timed_out=bool(payload.get("timed_out")),
-        cancelled_waiting=bool(payload.get("cancelled_waiting")), ended_at=job.end_time or job.update_time,
+        cancelled_waiting=bool(payload.get("cancelled_waiting")), paused=bool(payload.get("paused")), ended_at=job.end_time or job.update_time,
     ), Ended(job_kind, resource, payload.get("observed"))
 
 

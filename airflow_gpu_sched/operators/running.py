@@ -7,7 +7,7 @@ May import: nothing of this package; airflow.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -48,3 +48,22 @@ def deadline(op: Any, context: Any, ledger: Any) -> datetime | None:
     if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
         anchor = datetime.fromisoformat(ledger.started_at(now()))
     return anchor + op.deadline
+
+
+def execution_deadline(op: Any, context: Any) -> datetime | None:
+    """When this try's ``execution_timeout`` ends: its start (Airflow 3 keeps a try's start_date
+    across its deferrals) plus the timeout, or None."""
+    start = getattr(context.get("ti"), "start_date", None)
+    if op.execution_timeout is None or start is None:
+        return None
+    return (start if start.tzinfo else start.replace(tzinfo=timezone.utc)) + op.execution_timeout
+
+
+def deferral_timeout(deadline: datetime | None) -> timedelta | None:
+    """The ``timeout`` a deferral is given so ``execution_timeout`` holds while the trigger waits:
+    Airflow 3 does not apply ``execution_timeout`` to a deferred task (its Execution API drops it;
+    apache/airflow#69678), only a deferral's own timeout. At least a second: past the deadline,
+    Airflow times the trigger out at its next check and the task resumes only to fail."""
+    if deadline is None:
+        return None
+    return max(deadline - now(), timedelta(seconds=1))

@@ -10,6 +10,9 @@ every job type. A :class:`JobType` then says
 - how its state reads as a CustomJob's (:meth:`JobType.view`), so waiting, classifying a
   failure, recovery, idempotency, cancellation and accounting are the one code path of the
   operators, triggers and shared poller;
+- which custom job holds its GPUs (:meth:`JobType.capacity_job`): a pipeline or a tuning job
+  says RUNNING before that job runs (a pipeline: observed), so "got capacity" is that job's
+  RUNNING, read by the watchers while the owner says RUNNING and no RUNNING was seen yet;
 - what the task returns besides the common keys (:meth:`JobType.outputs`).
 
 May import: vertex, orchestration; airflow.
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu_sched.vertex.console import console_root
+from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
 from airflow_gpu_sched.vertex import resource_names
@@ -82,8 +86,17 @@ class JobType:
     def parse(self, wire: Any) -> Any:
         return CustomJob.model_validate(wire)
 
-    def view(self, resource: Any) -> CustomJob:
+    def view(self, resource: Any, capacity: CustomJob | None = None) -> CustomJob:
         return resource
+
+    def needs_capacity_read(self, resource: Any, times: dict[str, Any] | None = None) -> bool:
+        """Whether "got capacity" needs a read of another custom job (:meth:`capacity_job`): only
+        while the resource says RUNNING and no poll saw it get capacity yet. A custom job: never."""
+        return False
+
+    def capacity_job(self, resource: Any, times: dict[str, Any] | None = None) -> str | None:
+        """The custom job whose RUNNING is "got capacity" (None: the resource's own state tells)."""
+        return None
 
     def outputs(self, resource: Any) -> dict[str, Any]:
         return {}
@@ -203,8 +216,18 @@ class HyperparameterTuningJobType(JobType):
 
         return HyperparameterTuningJob.model_validate(wire)
 
-    def view(self, resource: Any) -> CustomJob:
-        return _view(resource, resource.trial_job_spec or CustomJobSpec(), resource.state)
+    def view(self, resource: Any, capacity: CustomJob | None = None) -> CustomJob:
+        return _view(resource, resource.trial_job_spec or CustomJobSpec(), resource.state, capacity)
+
+    def needs_capacity_read(self, resource: Any, times: dict[str, Any] | None = None) -> bool:
+        return _needs_capacity_read(resource, times)
+
+    def capacity_job(self, resource: Any, times: dict[str, Any] | None = None) -> str | None:
+        """The first trial's custom job (a tuning job may say RUNNING once a trial is created:
+        emulator variant ``tuningRunning``). A listed tuning job carries no trials: the caller
+        GETs it first (:meth:`listed_without_details`)."""
+        trials = sorted(resource.trials or [], key=lambda t: int(t.id) if str(t.id or "").isdigit() else 0)
+        return trials[0].custom_job if trials else None
 
     def listed_without_details(self, resource: Any) -> bool:
         return resource.trials is None  # Vertex's list leaves the trials out (so does the emulator)
@@ -265,10 +288,22 @@ class TrainingPipelineType(JobType):
 
         return TrainingPipeline.model_validate(wire)
 
-    def view(self, resource: Any) -> CustomJob:
+    def view(self, resource: Any, capacity: CustomJob | None = None) -> CustomJob:
         spec = CustomJobSpec.model_validate(resource.training_task_inputs or {})
         state = resource.state.as_job_state() if resource.state is not None else None
-        return _view(resource, spec, state)
+        return _view(resource, spec, state, capacity)
+
+    def capacity_job(self, resource: Any, times: dict[str, Any] | None = None) -> str | None:
+        """The backing custom job (``trainingTaskMetadata.backingCustomJob``): a pipeline is
+        RUNNING minutes before its job has GPUs (observed, docs/fidelity.md)."""
+        return resource.backing_custom_job
+
+    def needs_capacity_read(self, resource: Any, times: dict[str, Any] | None = None) -> bool:
+        return _needs_capacity_read(resource, times)
+
+    def watch_mask(self) -> str:
+        """The active list names each pipeline's backing job too (read for "got capacity")."""
+        return ",".join((*WATCH_FIELDS, "trainingTaskMetadata"))
 
     def outputs(self, resource: Any) -> dict[str, Any]:
         model = resource.model_to_upload
@@ -316,10 +351,21 @@ def _parts(name: str) -> tuple[str, str, str]:
     return project, location, job_id
 
 
-def _view(resource: Any, spec: CustomJobSpec, state: JobState | None) -> CustomJob:
-    return CustomJob(name=resource.name, display_name=resource.display_name, job_spec=spec, state=state,
+def _needs_capacity_read(resource: Any, times: dict[str, Any] | None) -> bool:
+    state = resource.state.as_job_state() if hasattr(resource.state, "as_job_state") else resource.state
+    return state is JobState.JOB_STATE_RUNNING and not state_times.seen_running(times)
+
+
+def _view(resource: Any, spec: CustomJobSpec, state: JobState | None, capacity: CustomJob | None = None) -> CustomJob:
+    """The resource as a CustomJob; ``capacity``: the custom job holding its GPUs, as read now,
+    whose state the view shows while the resource says RUNNING (state_times.capacity_state)."""
+    shown = state_times.capacity_state(state, capacity.state if capacity is not None else None)
+    update = resource.update_time
+    if capacity is not None and state is JobState.JOB_STATE_RUNNING and capacity.update_time is not None:
+        update = max(update, capacity.update_time) if update is not None else capacity.update_time  # its job's change
+    return CustomJob(name=resource.name, display_name=resource.display_name, job_spec=spec, state=shown,
                      create_time=resource.create_time, start_time=resource.start_time,
-                     end_time=resource.end_time, update_time=resource.update_time, error=resource.error,
+                     end_time=resource.end_time, update_time=update, error=resource.error,
                      labels=resource.labels)
 
 

@@ -290,6 +290,15 @@ class SubmissionLedger:
 
     # ------------------------------------------------------------------ a race (operators/race.py)
 
+    def open_jobs(self) -> list[str]:
+        """The jobs this run may still have waiting or running: the race's open members, else the
+        run's job (none once the run completed)."""
+        if self.completed:
+            return []
+        members = [m["job_name"] for m in (self.race or {}).get("members", []) if m.get("job_name")
+                   and not m.get("closed")]
+        return members or ([self.job_name] if self.job_name else [])
+
     def race_member(self, index: int) -> dict[str, Any] | None:
         """The race's member ``index`` (a copy), or None."""
         member = next((m for m in (self.race or {}).get("members", []) if m["index"] == index), None)

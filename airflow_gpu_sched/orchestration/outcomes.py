@@ -68,6 +68,13 @@ class CancelCause(str, enum.Enum):
     UNKNOWN = "unknown"  # someone else (a user in the console, another tool): cancelled outside the task
 
 
+# What a try does with a job the service shows PAUSED (docs/operators.md): Google's SDKs take
+# PAUSED for "complete" (it is neither a success nor a failure of the training); we cancel the job
+# (a paused job may hold or take GPUs again) and fail the try with this message, never retried.
+PAUSED_MESSAGE = ("the job is JOB_STATE_PAUSED: this task does not wait on, or resume, a paused job "
+                  "(Google's SDKs take PAUSED as complete, with no result); cancelled it")
+
+
 _CANCEL_EVENT = {CancelCause.OURS: Event.CANCELLED, CancelCause.UNKNOWN: Event.CANCELLED,
                  CancelCause.TIMED_OUT: Event.FAILED, CancelCause.WAIT_EXPIRED: Event.CAPACITY_TIMEOUT}
 
@@ -84,7 +91,7 @@ def cancel_cause(job: CustomJob, times: dict[str, Any] | None, ours: bool) -> Ca
         return CancelCause.OURS
     if times is None:
         return CancelCause.UNKNOWN
-    if state_times.ended_at_timeout(job, times):
+    if _service_timeout(job, times):
         return CancelCause.TIMED_OUT
     if not state_times.seen_running(times) and state_times.ended_at_max_wait(job):
         return CancelCause.WAIT_EXPIRED
@@ -142,7 +149,17 @@ def timed_out(job: CustomJob, times: dict[str, Any] | None = None) -> bool:
     if job.state is JobState.JOB_STATE_FAILED and job.error is not None:
         reasons = {str(d.get("reason", "")) for d in (job.error.details or []) if isinstance(d, dict)}
         return "JOB_TIMEOUT" in reasons or "scheduling.timeout" in (job.error.message or "")
-    return job.state is JobState.JOB_STATE_CANCELLED and times is not None and state_times.ended_at_timeout(job, times)
+    return job.state is JobState.JOB_STATE_CANCELLED and times is not None and _service_timeout(job, times)
+
+
+def _service_timeout(job: CustomJob, times: dict[str, Any]) -> bool:
+    """The service ended it at ``scheduling.timeout``: counted from the RUNNING a poll saw, or,
+    when no poll saw it run (a poll interval longer than the run), by the service's own
+    ``startTime``/``endTime`` (:func:`state_times.could_have_timed_out`). A FLEX_START job not
+    seen RUNNING that ended at its ``maxWaitDuration`` is the wait's expiry, not a timeout."""
+    if state_times.seen_running(times):
+        return state_times.ended_at_timeout(job, times)
+    return state_times.could_have_timed_out(job, times) and not state_times.ended_at_max_wait(job)
 
 
 def event_for_job(job: CustomJob, observed_restarts: int = 0, times: dict[str, Any] | None = None,

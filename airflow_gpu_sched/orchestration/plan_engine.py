@@ -42,7 +42,7 @@ from dataclasses import replace
 
 from airflow_gpu_sched.orchestration import race_engine as races
 from airflow_gpu_sched.orchestration.budget import refusal as budget_refusal
-from airflow_gpu_sched.orchestration.outcomes import Event
+from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE, Event
 from airflow_gpu_sched.orchestration.plan_types import *  # noqa: F403 (the engine's vocabulary, re-exported)
 from airflow_gpu_sched.orchestration.plan_types import current as _current
 from airflow_gpu_sched.orchestration.plan_types import quota_failure as _quota_failure
@@ -280,6 +280,8 @@ def _job_ended(plan: Plan, state: State, event: JobEnded, earlier_try: bool,
             return _start(plan, index, event.now, (*effects, note))
         return Fail(failure=Failure("TrainingJobCancelled", "the job was cancelled outside this task", name, said),
                     effects=effects)
+    if kind is Event.FAILED and event.paused:  # Google's SDKs take PAUSED as complete: we cancelled it
+        return Fail(failure=Failure("TrainingJobFailedNoRetry", PAUSED_MESSAGE, name, said), effects=effects)
     if kind is Event.FAILED and event.timed_out and not earlier_try and not plan.retry_on_user_code_failure:
         # the service ended it at scheduling.timeout (FAILED, or CANCELLED: timeoutOutcome)
         return Fail(failure=Failure("TrainingJobTimedOut", "the training job ran out its scheduling.timeout "

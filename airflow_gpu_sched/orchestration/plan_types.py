@@ -143,6 +143,7 @@ class JobEnded:
     log_tail: str | None = None  # a FAILED job's failing replica's last log lines (orchestration.log_lines)
     timed_out: bool = False  # ended by its scheduling.timeout (FAILED, or CANCELLED by the service)
     cancelled_waiting: bool = False  # CANCELLED by the service before it was seen RUNNING (a capacity outcome)
+    paused: bool = False  # seen JOB_STATE_PAUSED: we cancelled it (outcomes.PAUSED_MESSAGE)
     ended_at: datetime | None = None  # the job's endTime (or updateTime): whether a kept bound had passed
 
 

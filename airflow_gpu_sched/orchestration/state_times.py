@@ -31,6 +31,8 @@ RUNNING = JobState.JOB_STATE_RUNNING.value
 CANCELLING = JobState.JOB_STATE_CANCELLING.value
 WAITING = frozenset({JobState.JOB_STATE_QUEUED.value, JobState.JOB_STATE_PENDING.value,
                      JobState.JOB_STATE_UNSPECIFIED.value})
+PAUSED = JobState.JOB_STATE_PAUSED.value
+SUCCEEDED = JobState.JOB_STATE_SUCCEEDED.value
 # the service cancels at scheduling.timeout counted from the first RUNNING: an end this close to
 # it (or later) is the timeout's, given the poll's bound on when RUNNING began
 TIMEOUT_SLACK = timedelta(seconds=1)
@@ -87,13 +89,41 @@ def has_run(job: CustomJob, times: dict[str, Any] | None) -> bool:
             or seen_running(times))
 
 
+def is_waiting(state: JobState | str | None) -> bool:
+    """Neither running with capacity, nor ending, nor ended: QUEUED, PENDING, PAUSED, UPDATING and
+    every state this code does not know (the JobState enum grows: EXPIRED, UPDATING and
+    PARTIALLY_SUCCEEDED came as its numbers 9-11). The bounds on the time before RUNNING
+    (``capacity_wait_timeout``, the deadline) apply to all of them: a state nobody foresaw must
+    not wait unbounded."""
+    value = getattr(state, "value", state) or JobState.JOB_STATE_UNSPECIFIED.value
+    return value not in (RUNNING, CANCELLING) and not JobState(value).is_terminal()
+
+
+def is_known(state: JobState | str | None) -> bool:
+    """A state of the JobState enum as this code knows it (an unknown one is logged once as such)."""
+    return state is None or JobState(getattr(state, "value", state)).is_known
+
+
+def capacity_state(own: JobState | None, job: JobState | None) -> JobState | None:
+    """The state of a tuning job or pipeline that says RUNNING, as the custom job that holds its
+    GPUs says (a pipeline's backing job, a tuning job's first trial's job): RUNNING only when
+    that job runs (or ran: SUCCEEDED, the pipeline registers its model); the job's waiting state
+    while it waits (observed: a pipeline RUNNING minutes before its job has GPUs, docs/fidelity.md);
+    PENDING when the job ended without success while the owner still says RUNNING (it is ending:
+    no capacity to claim). ``job`` None (not read): the owner's own state."""
+    if own is not JobState.JOB_STATE_RUNNING or job is None:
+        return own
+    if job.value in (RUNNING, SUCCEEDED):
+        return JobState.JOB_STATE_RUNNING
+    return job if is_waiting(job) else JobState.JOB_STATE_PENDING
+
+
 def past_running_bound(job: CustomJob, times: dict[str, Any] | None, running_by: float | None,
                        now: float) -> bool:
     """The operator's bound on the time before RUNNING: True when ``running_by`` (epoch seconds)
-    has passed, the job was never seen RUNNING and still waits (QUEUED or PENDING), whatever its
-    ``startTime`` says."""
-    return (running_by is not None and now >= running_by and not has_run(job, times)
-            and (job.state or JobState.JOB_STATE_UNSPECIFIED).value in WAITING)
+    has passed, the job was never seen RUNNING and still waits (:func:`is_waiting`: QUEUED,
+    PENDING, PAUSED or a state unknown to this code), whatever its ``startTime`` says."""
+    return running_by is not None and now >= running_by and not has_run(job, times) and is_waiting(job.state)
 
 
 def ended_at_timeout(job: CustomJob, times: dict[str, Any] | None) -> bool:
@@ -106,6 +136,22 @@ def ended_at_timeout(job: CustomJob, times: dict[str, Any] | None) -> bool:
         return False
     earliest = parse_timestamp(span["earliest"])
     return job.end_time - earliest >= timeout - TIMEOUT_SLACK
+
+
+def could_have_timed_out(job: CustomJob, times: dict[str, Any] | None) -> bool:
+    """A job no poll saw RUNNING that the service may have ended at its ``scheduling.timeout``:
+    between the latest moment it can have begun RUNNING (its ``startTime``, set at or before the
+    first RUNNING, or the last waiting state a poll saw, whichever is later) and its ``endTime``
+    (the service's clock) lies at least the timeout. A cancel from outside ends a job earlier:
+    the service would have ended one that ran this long itself."""
+    scheduling = job.job_spec.scheduling if job.job_spec else None
+    timeout = scheduling.timeout if scheduling else None
+    if not timeout or job.end_time is None or job.start_time is None:
+        return False
+    seen = (times or {}).get("seen", {})
+    waited = [parse_timestamp(e["at"]) for s, e in seen.items() if is_waiting(s) and e.get("at")]
+    began = max([job.start_time, *waited])
+    return job.end_time - began >= timeout - TIMEOUT_SLACK
 
 
 def ended_at_max_wait(job: CustomJob) -> bool:

@@ -45,6 +45,9 @@ class JobWatch:
         if job.state == self.state:
             return None
         line = f"{self.job_name}: {job.state.value if job.state else '?'}"
+        if not state_times.is_known(job.state):  # logged once: a state change is logged once
+            line += (" (a state this version does not know: taken as waiting, so capacity_wait_timeout and the "
+                     "deadline apply to it)")
         if self.state is not None:
             line += f" after {now - self.since:.0f}s in {self.state.value}"
             if self.state is JobState.JOB_STATE_RUNNING and job.state in _BACK_TO_WAITING:

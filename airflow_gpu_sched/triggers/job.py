@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,9 +18,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.job_types import job_type_of
-from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
+from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE, Event, cancel_ended, error_event
 from airflow_gpu_sched.orchestration.stops import cancelled_here, note_cancel
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
+from airflow_gpu_sched.triggers import got_capacity
+from airflow_gpu_sched.vertex.models import JobState
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too (``[triggerer] on_kill_timeout``, 30 s)
 ON_KILL_CANCEL_BUDGET = 20.0  # a cancel answered 429/5xx is retried this long, inside that bound
@@ -164,15 +167,22 @@ class CustomJobTrigger(BaseTrigger):
         if isinstance(self.observed, dict) and isinstance(self.observed.get("seen"), dict):
             watch.times = copy.deepcopy(self.observed)
         stream = _Stream(news)
-        started = False
-        cancelled_at: float | None = None  # when the bound's cancel went out
+        started = paused = False
+        cancelled_at: float | None = None  # when the bound's (or a PAUSED job's) cancel went out
         look_at = self.running_by  # when to look at the job if no news came by then
+        last: Any = None  # the resource as last polled
         try:
             while True:
                 item = await stream.next(None if started and cancelled_at is None else look_at)
                 if item is _TIMED_OUT:  # no news by the bound (or the settle time): look at the job now
-                    item = await self._get_now()
+                    # a pipeline/tuning job RUNNING whose job waits: the poller tells no news of that job
+                    reread = last is not None and self.job_type.needs_capacity_read(last, watch.times)
+                    item = last if reread else await self._get_now()
                     look_at = time.time() + self.poll_interval  # and again a poll later, not at once
+                capacity = None
+                if not isinstance(item, Exception):
+                    read = await got_capacity.read(self.job_type, item, watch.times, self._client)
+                    item, capacity = read if isinstance(read, tuple) else (read, None)
                 if isinstance(item, NotFoundError):
                     return error_event(f"{self.job_name} no longer exists: {item}", self.job_name)
                 if isinstance(item, Exception):  # the poll failed after the client's brief retries
@@ -180,23 +190,29 @@ class CustomJobTrigger(BaseTrigger):
                         self.log.warning("poll of %s failed, retrying: %s", self.job_name, item)
                         continue
                     return error_event(watch.unreachable_message(item), self.job_name)
-                view = self.job_type.view(item)
+                last = item
+                view = self.job_type.view(item, capacity)
                 line = watch.observe(view)
                 if line:
                     self.log.info(line)
+                if capacity is not None and self.job_type.needs_capacity_read(item, watch.times):
+                    look_at = min(look_at or math.inf, time.time() + self.poll_interval)  # read its job again
                 if cancelled_at is not None:
                     if view.is_terminal() and not cancel_ended(view, watch.times):
                         # it ended otherwise first (SUCCEEDED: it ran after all, and its output is used)
                         return self.job_type.event(item, watch.observed_restarts, watch.times, ours=True)
                     if view.is_terminal() or time.time() >= cancelled_at + CANCEL_SETTLE:
+                        if paused:
+                            return self._paused_event(item, view, watch.observed_restarts, watch.times)
                         return self._bound_event(item, view, watch.observed_restarts, watch.times)
                     continue
                 if view.is_terminal():  # a cancel this process sent (on_kill) makes the end ours
                     return self.job_type.event(item, watch.observed_restarts, watch.times,
                                                ours=cancelled_here(self.job_name))
                 started = started or has_run(view, watch.times)
-                if past_running_bound(view, watch.times, self.running_by, time.time()):
-                    error = await self._cancel_for_bound(view)
+                paused = view.state is JobState.JOB_STATE_PAUSED  # Google's SDKs: "complete"; we: cancel, fail
+                if paused or past_running_bound(view, watch.times, self.running_by, time.time()):
+                    error = await self._cancel_for_bound(view, PAUSED_MESSAGE if paused else None)
                     if error is not None:
                         return error
                     cancelled_at = time.time()
@@ -212,12 +228,13 @@ class CustomJobTrigger(BaseTrigger):
         return (f"{self.job_name} was not RUNNING by {when} ({why}): still {state} (waiting for quota or "
                 "capacity) when the bound passed; cancelled it")
 
-    async def _cancel_for_bound(self, view: Any) -> dict[str, Any] | None:
-        """Cancel a job past the bound; an error event when the cancel cannot be sent (the job
-        would stay queued unwatched: the operator fails and a retry re-attaches and cancels)."""
+    async def _cancel_for_bound(self, view: Any, note: str | None = None) -> dict[str, Any] | None:
+        """Cancel a job past the bound (or PAUSED: ``note``); an error event when the cancel cannot
+        be sent (the job would stay queued unwatched: the operator fails and a retry re-attaches
+        and cancels)."""
         from airflow_gpu_sched.vertex.client import VertexError
 
-        self._cancel_note = self._bound_message(view)
+        self._cancel_note = f"{self.job_name}: {note}" if note else self._bound_message(view)
         self.log.warning(self._cancel_note)
         client = await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
                                     self.impersonation_chain)
@@ -235,6 +252,16 @@ class CustomJobTrigger(BaseTrigger):
         if item is not view:  # a tuning job or a pipeline: the operator reads the resource itself
             payload["resource"] = public_resource(item)
         return payload
+
+    def _paused_event(self, item: Any, view: Any, restarts: int, times: dict[str, Any]) -> dict[str, Any]:
+        """A job seen PAUSED, cancelled: the try fails (never retried) with :data:`PAUSED_MESSAGE`."""
+        payload = {**self._bound_event(item, view, restarts, times), "status": Event.FAILED.value, "paused": True}
+        del payload["running_bound"]
+        return payload
+
+    async def _client(self) -> Any:
+        return await async_client(self.job_name, self.gcp_conn_id, self.poll_interval, self.transient_error_window,
+                                  self.impersonation_chain)
 
     async def _get_now(self) -> Any:
         """One GET of the job (the shared poller tells only of changes), or the error of the call."""

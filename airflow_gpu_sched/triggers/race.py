@@ -35,11 +35,13 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_sched.orchestration.event_fields import public_resource
-from airflow_gpu_sched.orchestration.outcomes import Event, cancel_ended, error_event
+from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE, Event, cancel_ended, error_event
 from airflow_gpu_sched.orchestration.stops import cancelled_here
 from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
+from airflow_gpu_sched.triggers import got_capacity
 from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, CustomJobTrigger, cancel_quietly
+from airflow_gpu_sched.vertex.models import JobState
 
 RACE_WON, RACE_ENDED = "race_won", "race_ended"
 
@@ -114,6 +116,7 @@ class RaceTrigger(BaseTrigger):
         n = len(self._members)
         watches = [JobWatch(name, self.transient_error_window) for name in self.job_names]
         seen: list[Any] = [None] * n  # the latest resource of each member
+        self._capacity = [None] * n  # the custom job holding a RUNNING pipeline's/tuning job's GPUs, as read
         by_race: set[int] = set()
         bounded: dict[int, str] = {}  # slot -> the bound's cancel note
         winner: int | None = None
@@ -126,7 +129,11 @@ class RaceTrigger(BaseTrigger):
                 news = []
                 for s in range(n):
                     if seen[s] is None or not self._view(s, seen[s]).is_terminal():
-                        got = await self._members[s]._get_now()
+                        member = self._members[s]
+                        reread = seen[s] is not None and member.job_type.needs_capacity_read(seen[s], watches[s].times)
+                        got = seen[s] if reread else await member._get_now()
+                        if not isinstance(got, Exception):
+                            got = await self._read_capacity(s, got, watches[s].times)
                         if not isinstance(got, Exception):
                             watches[s].observe(self._view(s, got))
                             seen[s] = got
@@ -140,6 +147,8 @@ class RaceTrigger(BaseTrigger):
             for slot, item in news:
                 if isinstance(item, NotFoundError):
                     return error_event(f"{self.job_names[slot]} no longer exists: {item}", self.job_names[slot])
+                if not isinstance(item, Exception):
+                    item = await self._read_capacity(slot, item, watches[slot].times)
                 if isinstance(item, Exception):
                     if watches[slot].failed_poll(item):
                         self.log.warning("poll of %s failed, retrying: %s", self.job_names[slot], item)
@@ -150,10 +159,13 @@ class RaceTrigger(BaseTrigger):
                     self.log.info(line)
                 seen[slot] = item
             if decided_at is None:
-                for s in range(n):  # each member's own bound before RUNNING
-                    if s not in bounded and seen[s] is not None and \
-                            past_running_bound(self._view(s, seen[s]), watches[s].times, self.running_by[s],
-                                               time.time()):
+                for s in range(n):  # each member's own bound before RUNNING; a PAUSED one at once
+                    if s in bounded or seen[s] is None:
+                        continue
+                    view = self._view(s, seen[s])
+                    if view.state is JobState.JOB_STATE_PAUSED:
+                        bounded[s] = await self._cancel(s, "paused")
+                    elif past_running_bound(view, watches[s].times, self.running_by[s], time.time()):
                         bounded[s] = await self._cancel(s, "bound", seen[s])
                 winner, to_cancel = race_verdict(self.members_seen(seen, bounded, watches), bounded)
                 if to_cancel is not None:  # decided: the others, at once
@@ -168,7 +180,17 @@ class RaceTrigger(BaseTrigger):
                 return self._event(seen, winner, by_race, bounded, watches)
 
     def _view(self, slot: int, item: Any) -> Any:
-        return self._members[slot].job_type.view(item)
+        capacity = getattr(self, "_capacity", None)
+        return self._members[slot].job_type.view(item, capacity[slot] if capacity else None)
+
+    async def _read_capacity(self, slot: int, item: Any, times: dict[str, Any]) -> Any:
+        """The member as polled, its GPUs' custom job read when it says RUNNING (got_capacity.py);
+        or the error of that read."""
+        read = await got_capacity.read(self._members[slot].job_type, item, times, self._members[slot]._client)
+        if isinstance(read, Exception):
+            return read
+        item, self._capacity[slot] = read
+        return item
 
     def _kind(self, slot: int, item: Any, times: dict[str, Any] | None = None, ours: bool = False) -> Event | None:
         from airflow_gpu_sched.orchestration.outcomes import event_kind
@@ -198,6 +220,9 @@ class RaceTrigger(BaseTrigger):
         bounds = [by for slot, by in enumerate(self.running_by)
                   if by is not None and slot not in bounded and not (
                       seen[slot] is not None and has_run(self._view(slot, seen[slot]), watches[slot].times))]
+        if any(item is not None and slot not in bounded and self._members[slot].job_type.needs_capacity_read(
+                item, watches[slot].times) for slot, item in enumerate(seen)):
+            bounds.append(time.time() + self.poll_interval)  # its job's RUNNING comes as no news of its own
         if not bounds:
             return None
         soonest = min(bounds)
@@ -210,6 +235,9 @@ class RaceTrigger(BaseTrigger):
         name = self.job_names[slot]
         if why == "bound":
             note = self._members[slot]._bound_message(self._view(slot, item))
+            self.log.warning(note)
+        elif why == "paused":
+            note = f"{name}: {PAUSED_MESSAGE}"
             self.log.warning(note)
         else:
             note = f"{name} lost the race: cancelled"

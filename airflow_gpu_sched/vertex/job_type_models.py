@@ -335,7 +335,8 @@ class QuotaInfo(VertexModel):
         default = None
         for info in self.dimensions_infos:
             where = info.dimensions.get("region")
-            value = info.details.value if info.details else None
+            # proto3 JSON leaves a 0 limit out ("details": {}): absent is 0, not unknown
+            value = (info.details.value or 0) if info.details else None
             if where == region:
                 return value
             if where is None and default is None:

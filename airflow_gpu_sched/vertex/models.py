@@ -549,7 +549,8 @@ class ResourcePool(VertexModel):
     machine_spec: MachineSpec | None = None
     replica_count: Int64 | None = None
     disk_spec: DiskSpec | None = None
-    used_replica_count: Int64 | None = None
+    # proto3 JSON leaves a 0 out: an idle pool has no usedReplicaCount (recorded), so absent is 0
+    used_replica_count: Int64 = 0
     autoscaling_spec: AutoscalingSpec | None = None
 
     @property
@@ -561,7 +562,7 @@ class ResourcePool(VertexModel):
 
     @property
     def free_replicas(self) -> int:
-        return max(0, self.capacity - (self.used_replica_count or 0))
+        return max(0, self.capacity - self.used_replica_count)
 
 
 class PersistentResource(VertexModel):
@@ -585,7 +586,7 @@ class Operation(VertexModel):
 
     name: str | None = None
     metadata: dict[str, Any] | None = None
-    done: bool | None = None
+    done: bool = False  # proto3 JSON leaves false out: an operation not done has no "done" (recorded)
     error: Status | None = None
     response: dict[str, Any] | None = None
 

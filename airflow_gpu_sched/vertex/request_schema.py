@@ -49,7 +49,23 @@ METHODS: list[tuple[str, str, str, str]] = [
      "CancelTrainingPipelineRequest", "*"),
     ("persistentResources.create", "GoogleCloudAiplatformV1PersistentResource", "PersistentResource",
      "persistent_resource"),
+    ("persistentResources.patch", "GoogleCloudAiplatformV1PersistentResource", "PersistentResource",
+     "persistent_resource"),
 ]
+
+# Served methods whose answers the emulator prints as proto3 JSON from this table
+# (emulator/proto_json.py): each method's `response` schema in the discovery document
+# (resources.projects.locations.<collection>[.operations].methods.<verb>).
+RESPONSES: list[str] = [
+    f"{collection}.{verb}" for collection in ("customJobs", "hyperparameterTuningJobs", "trainingPipelines")
+    for verb in ("create", "get", "list", "cancel", "delete")
+] + ["persistentResources.create", "persistentResources.get", "persistentResources.list",
+     "persistentResources.patch", "persistentResources.delete", "operations.get",
+     "persistentResources.operations.get", "models.get", "models.list"]
+# The types an Operation's `metadata` / `response` (google.protobuf.Any) hold in those answers
+ANY_TYPES: list[str] = ["GoogleCloudAiplatformV1CreatePersistentResourceOperationMetadata",
+                        "GoogleCloudAiplatformV1UpdatePersistentResourceOperationMetadata",
+                        "GoogleCloudAiplatformV1DeleteOperationMetadata", "GoogleProtobufEmpty"]
 
 # discovery (type, format) -> the kind strict_json checks
 _SCALARS = {
@@ -98,6 +114,10 @@ def generate(discovery: dict | None = None) -> dict:
 
     def field_entry(prop: dict, fdesc: Any, schema_name: str, json_name: str) -> dict:
         entry: dict[str, Any] = {"proto": _proto_name(fdesc, json_name)}
+        if (fdesc is not None and fdesc.has_presence and fdesc.message_type is None
+                and prop.get("type") != "array"):
+            # proto3 `optional` or a oneof member: printed even at its default (proto3 JSON)
+            entry["presence"] = True
         if prop.get("type") == "array":
             entry["repeated"] = True
             prop = prop["items"]
@@ -119,6 +139,9 @@ def generate(discovery: dict | None = None) -> dict:
         elif prop.get("type") == "object":
             # google.protobuf.Struct / Any (free-form objects in the discovery document)
             entry["kind"] = "struct"
+            if fdesc is not None and fdesc.message_type is not None \
+                    and fdesc.message_type.full_name == "google.protobuf.Any":
+                entry["any"] = True  # {"@type": ..., the fields of that type}
         else:
             key = (prop.get("type"), prop.get("format"))
             if key not in _SCALARS:
@@ -149,13 +172,44 @@ def generate(discovery: dict | None = None) -> dict:
     for rpc, schema_name, message, body in METHODS:
         walk(schema_name, getattr(aiplatform_v1, message).pb().DESCRIPTOR)
         methods[rpc] = {"schema": schema_name, "body": body}
+    responses = {}
+    for rpc in RESPONSES:
+        schema_name = _discovery_method(discovery, rpc)["response"]["$ref"]
+        walk(schema_name, _descriptor(schema_name))
+        responses[rpc] = schema_name
+    for schema_name in ANY_TYPES:
+        walk(schema_name, _descriptor(schema_name))
     return {
         "source": {"discovery": f"aiplatform.v1.json revision {discovery.get('revision')}",
                    "protos": "google-cloud-aiplatform aiplatform_v1",
                    "regenerate": "python -m airflow_gpu_sched.vertex.request_schema --regenerate"},
         "methods": methods,
+        "responses": responses,
         "schemas": dict(sorted(out.items())),
     }
+
+
+def _discovery_method(discovery: dict, rpc: str) -> dict:
+    """``persistentResources.operations.get`` -> resources.projects.locations.persistentResources
+    .resources.operations.methods.get of the discovery document."""
+    *collections, verb = rpc.split(".")
+    node = discovery["resources"]["projects"]["resources"]["locations"]
+    for collection in collections:
+        node = node["resources"][collection]
+    return node["methods"][verb]
+
+
+def _descriptor(schema_name: str) -> Any:
+    """The proto descriptor of a discovery schema name (dev time only)."""
+    from google.cloud import aiplatform_v1
+    from google.longrunning import operations_pb2
+    from google.protobuf import empty_pb2
+
+    if schema_name == "GoogleLongrunningOperation":
+        return operations_pb2.Operation.DESCRIPTOR
+    if schema_name == "GoogleProtobufEmpty":
+        return empty_pb2.Empty.DESCRIPTOR
+    return getattr(aiplatform_v1, schema_name.removeprefix("GoogleCloudAiplatformV1")).pb().DESCRIPTOR
 
 
 def _proto_name(fdesc: Any, json_name: str) -> str:
@@ -172,7 +226,10 @@ def _snake(camel: str) -> str:
 def dumps(table: dict) -> str:
     # one schema per line: compact, and a regeneration diff shows which schema changed
     lines = ['{"source":' + json.dumps(table["source"], sort_keys=True) + ",",
-             '"methods":' + json.dumps(table["methods"], sort_keys=True) + ",", '"schemas":{']
+             '"methods":' + json.dumps(table["methods"], sort_keys=True) + ","]
+    if "responses" in table:  # this module's table; compute_schema's has none
+        lines.append('"responses":' + json.dumps(table["responses"], sort_keys=True) + ",")
+    lines.append('"schemas":{')
     items = list(table["schemas"].items())
     for i, (name, schema) in enumerate(items):
         comma = "," if i < len(items) - 1 else ""

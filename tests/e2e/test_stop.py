@@ -82,3 +82,24 @@ def test_a_task_marked_failed_while_flex_start_waits_creates_no_other_job(airflo
     assert emulator.stats()["jobsCreated"] == {"FLEX_START": 1}, airflow.logs()[-8000:]
     logs = airflow.logs()
     assert "capacity never came" not in logs and "falling back to" not in logs, logs[-8000:]
+
+
+def test_a_deferred_try_past_its_execution_timeout_cancels_its_job_and_creates_no_other(airflow):
+    """``execution_timeout`` on a deferred task: the scheduler times the trigger out (the triggerer
+    cancels it without ``on_kill``) and resumes the task with ``__fail__``: the resumed try cancels the
+    job it left waiting, then fails with Airflow's TaskDeferralTimeout; no other job is created."""
+    emulator = airflow.emulator
+    emulator.reset(SLOW)
+    emulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", flex_start=0)
+    dag_id = "e2e_stop_timeout"
+    airflow.wait_dag(dag_id)
+    run_id = airflow.trigger(dag_id)
+    airflow.wait_task_state(dag_id, run_id, "train", {"deferred"}, timeout=180)
+    ti = lambda: {t["task_id"]: t for t in airflow.task_instances(dag_id, run_id)}["train"]  # noqa: E731
+    _until(lambda: ti()["state"] in ("failed", "up_for_retry"), "the task did not time out", airflow, timeout=300)
+    _until(lambda: [j["state"] for j in _jobs(emulator)] == ["JOB_STATE_CANCELLED"],
+           "the job the timed-out try left waiting was not cancelled", airflow)
+    assert ti()["state"] == "failed", ti()
+    assert emulator.stats()["jobsCreated"] == {"FLEX_START": 1}, airflow.logs()[-8000:]
+    logs = airflow.logs()
+    assert "capacity never came" not in logs and "falling back to" not in logs, logs[-8000:]

@@ -10,6 +10,7 @@ May import: vertex, emulator; never airflow.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 
 from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
@@ -62,6 +63,11 @@ def env_knobs(env: dict[str, str], default_run_seconds: float, path: str = "jobS
         raise violations_error([Violation(f"{where}.{EXIT_CODE_ENV}", f"must be an integer from 0 to {MAX_EXIT_CODE} "
                                           f"(got {text[:40]!r})")])
     return run_seconds, int(code)
+
+
+# the states the emulator's own life cycle moves a job through (runs.py): not for setState
+_LIFE_CYCLE = frozenset({S.JOB_STATE_UNSPECIFIED, S.JOB_STATE_QUEUED, S.JOB_STATE_PENDING, S.JOB_STATE_RUNNING,
+                         S.JOB_STATE_CANCELLING})
 
 
 class CustomJobs:
@@ -182,6 +188,20 @@ class CustomJobs:
             raise ApiError("FAILED_PRECONDITION",
                            f"{name} is {record.state.value}; only a PENDING or RUNNING job can be preempted.")
         self.runs.preempt(record, self.store.clock.now())
+        return record.wire()
+
+    def set_state(self, name: str, state: str) -> dict:
+        """Control API: hold a job that has not ended in a state the service may show but the
+        emulator never reaches itself: ``JOB_STATE_PAUSED``, ``JOB_STATE_UPDATING``, or any
+        ``JOB_STATE_*`` name this code does not know (the enum grows); it stays there until cancelled."""
+        record = self.record(name)
+        new_state = S(state) if re.fullmatch(r"JOB_STATE_[A-Z_]{1,64}", state or "") else None
+        if new_state is None or new_state.is_terminal() or new_state in _LIFE_CYCLE:
+            raise ApiError("INVALID_ARGUMENT", f"state must be JOB_STATE_PAUSED, JOB_STATE_UPDATING or a JOB_STATE_* "
+                                               f"name this emulator does not know (got {state!r})")
+        if record.state.is_terminal() or record.state is S.JOB_STATE_CANCELLING:
+            raise ApiError("FAILED_PRECONDITION", f"{name} is {record.state.value}: it has ended or is ending.")
+        self.runs.hold_in(record, new_state, self.store.clock.now())
         return record.wire()
 
     def history(self, name: str) -> dict:

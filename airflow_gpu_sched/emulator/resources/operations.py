@@ -5,6 +5,8 @@ May import: vertex, emulator; never airflow.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from airflow_gpu_sched.emulator.resources.store import Store, find
 from airflow_gpu_sched.vertex.models import Operation, format_timestamp
 
@@ -26,11 +28,16 @@ class Operations:
         self.records[op.name] = op
         return op
 
-    def finish(self, name: str | None, response: dict) -> None:
+    def finish(self, name: str | None, response: dict, when: datetime | None = None) -> None:
+        """Done with ``response``; ``genericMetadata.updateTime`` becomes the finish time (recorded:
+        a done operation's updateTime is when it finished, not its createTime)."""
         op = self.records.get(name or "")
         if op is not None:
             op.done = True
             op.response = response
+            generic = (op.metadata or {}).get("genericMetadata")
+            if isinstance(generic, dict):
+                generic["updateTime"] = format_timestamp(when or self.store.clock.now())
 
     def deleted(self, project: str, location: str) -> dict:
         """A delete's answer: an operation already done, with an empty response."""

@@ -14,14 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from airflow_gpu_sched.emulator.api_errors import ApiError, violations_error
+from airflow_gpu_sched.emulator.defaults import fill_resource_defaults
 from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.resources.listing import offset_list
 from airflow_gpu_sched.emulator.resources.operations import Operations
 from airflow_gpu_sched.emulator.resources.store import Store, error_status, find, parse_valid
 from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource, PersistentResourceState
-from airflow_gpu_sched.vertex.rules import check_persistent_fit, check_persistent_resource
+from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit, check_persistent_resource
 
 R = PersistentResourceState
+# The one updatable field, as the proto names it and in its JSON (lowerCamelCase) form
+REPLICA_COUNT_PATHS = ("resource_pools.replica_count", "resourcePools.replicaCount")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class ResourceRecord:
     project: str
     location: str
     operation: str | None = None
+    pending_counts: list[int] | None = None  # a PATCH's replica counts, applied when its update ends
 
 
 def resource_name(project: str, location: str, resource_id: str | None) -> str:
@@ -42,6 +46,7 @@ class PersistentResources:
         self.operations = operations
         self.records: dict[str, ResourceRecord] = {}
         store.on("resource_ready", lambda name, _epoch, when: self._ready(name, when))
+        store.on("resource_updated", lambda name, _epoch, when: self._updated(name, when))
 
     def create(self, project: str, location: str, body: dict, resource_id: str, ready: bool = False) -> dict:
         resource = parse_valid(PersistentResource, body, check_persistent_resource, resource_id)
@@ -49,6 +54,7 @@ class PersistentResources:
         if name in self.records:
             raise ApiError("ALREADY_EXISTS", f"PersistentResource {name} already exists.")
         now = self.store.clock.now()
+        resource = fill_resource_defaults(resource)  # pool ids and disks, as the server fills them
         for pool in resource.resource_pools:
             pool.used_replica_count = 0
         resource = resource.model_copy(update={
@@ -65,6 +71,72 @@ class PersistentResources:
             self.store.schedule(now + delay, "resource_ready", name)
         return self.operations.get(op.name)
 
+    def patch(self, name: str, body: dict, update_mask: str) -> dict:
+        """``persistentResources.patch``: only ``resource_pools.replica_count`` may be updated
+        (observed: other paths are refused, "Unrecognized path"; Google's SDK sends the whole
+        resource with that one path, its pools in the resource's order). Answers an operation
+        (UpdatePersistentResourceOperationMetadata, named under the resource: assumed); the
+        resource is UPDATING for ``resourceProvisioningSeconds``, then RUNNING with the new
+        counts and the operation done with it."""
+        record = self._record(name)
+        paths = [p.strip() for p in update_mask.split(",") if p.strip()]
+        if not paths:
+            raise violations_error([Violation("updateMask", "is required: the only field that can be updated "
+                                                            "is resource_pools.replica_count")])
+        unknown = [p for p in paths if p not in REPLICA_COUNT_PATHS]
+        if unknown:
+            raise violations_error([Violation("updateMask", f"Unrecognized path {p!r}: the only field that can be "
+                                                            "updated is resource_pools.replica_count")
+                                    for p in unknown])
+        if record.resource.state is not R.RUNNING:
+            raise ApiError("FAILED_PRECONDITION", f"PersistentResource {name} is {record.resource.state.value}: "
+                                                  "only a RUNNING persistent resource can be updated.")
+        counts = self._new_counts(record.resource, body)
+        updated = record.resource.model_copy(deep=True)
+        for pool, count in zip(updated.resource_pools, counts):
+            pool.replica_count = count
+        found = check_persistent_resource(updated, name.rsplit("/", 1)[1])
+        if found:
+            raise violations_error(found)
+        now = self.store.clock.now()
+        record.resource.state, record.resource.update_time = R.UPDATING, now
+        record.pending_counts = counts
+        op = self.operations.start(record.project, record.location, "UpdatePersistentResourceOperationMetadata",
+                                   parent=name)
+        record.operation = op.name
+        delay = timedelta(seconds=self.store.scenario.resource_provisioning_seconds)
+        self.store.schedule(now + delay, "resource_updated", name)
+        return self.operations.get(op.name)
+
+    @staticmethod
+    def _new_counts(resource: PersistentResource, body: dict) -> list[int]:
+        """Each pool's ``replicaCount`` from the body's pools, matched by position (ids, when
+        sent, must be the resource's, in its order)."""
+        sent = parse_valid(PersistentResource, body, lambda _r: []).resource_pools
+        if len(sent) != len(resource.resource_pools):
+            raise violations_error([Violation("resourcePools", f"must list the resource's {len(resource.resource_pools)} "
+                                                               f"pools in order, not {len(sent)}")])
+        counts = []
+        for index, (mine, theirs) in enumerate(zip(resource.resource_pools, sent)):
+            if theirs.id and theirs.id != mine.id:
+                raise violations_error([Violation(f"resourcePools[{index}].id",
+                                                  f"is {mine.id!r} in the resource, not {theirs.id!r}")])
+            counts.append(mine.replica_count if theirs.replica_count is None else theirs.replica_count)
+        return counts
+
+    def _updated(self, name: str, when: datetime) -> None:
+        record = self.records.get(name)
+        if record is None or record.resource.state is not R.UPDATING or record.pending_counts is None:
+            return
+        for pool, count in zip(record.resource.resource_pools, record.pending_counts):
+            pool.replica_count = count
+        record.pending_counts = None
+        record.resource.state, record.resource.update_time = R.RUNNING, when
+        self.operations.finish(record.operation, {
+            "@type": "type.googleapis.com/google.cloud.aiplatform.v1.PersistentResource",
+            **record.resource.to_api()}, when)
+        self.store.freed(when)
+
     def _ready(self, name: str, when: datetime) -> None:
         record = self.records.get(name)
         if record is None or record.resource.state is not R.PROVISIONING:
@@ -73,7 +145,7 @@ class PersistentResources:
         record.resource.start_time = record.resource.update_time = when
         self.operations.finish(record.operation, {
             "@type": "type.googleapis.com/google.cloud.aiplatform.v1.PersistentResource",
-            **record.resource.to_api()})
+            **record.resource.to_api()}, when)
         self.store.freed(when)
 
     def _record(self, name: str) -> ResourceRecord:

@@ -5,8 +5,11 @@ so FLEX_START queueing, SPOT preemption and restarts, persistent resources, capa
 apply to it unchanged; it watches each state change of that job (``runs.JobRuns.watch``).
 
 Training pipeline (``trainingPipelines``, custom task only): one custom job from
-    ``trainingTaskInputs`` (``trainingTaskMetadata.backingCustomJob``); PIPELINE_STATE_PENDING*
-    until it runs, RUNNING while it runs; when it succeeds the model is registered
+    ``trainingTaskInputs`` (``trainingTaskMetadata.backingCustomJob``, set in the create's answer:
+    PENDING with the job named, as Google's create-training-pipeline example shows);
+    PIPELINE_STATE_RUNNING ``queueSeconds``* after the create, while its job still waits for its
+    VMs (variant ``pipelineRunning: job_created``, observed: public training logs, Feb 2026), or
+    only when the job runs (``job_running``); when it succeeds the model is registered
     (``models/{modelId or a numeric id}`` version 1, or the next version of ``parentModel``) and
     the pipeline is SUCCEEDED with ``modelToUpload`` holding the registered version; the job's
     failure or cancellation fails or cancels the pipeline with the same error.
@@ -68,6 +71,7 @@ class TrainingPipelines:
         self.records: dict[str, PipelineRecord] = {}
         custom_jobs.runs.watch(self._job_changed)
         store.on("pipeline_refused", lambda name, _epoch, when: self._refused(name, when))
+        store.on("pipeline_started", lambda name, _epoch, when: self._started(name, when))
 
     def create(self, project: str, location: str, body: dict) -> dict:
         pipeline = parse_valid(TrainingPipeline, body, check_training_pipeline)
@@ -102,6 +106,8 @@ class TrainingPipelines:
         self.records[name] = record
         if refusal:  # the service tries to make its custom job, which the quota refuses
             store.schedule(now + timedelta(seconds=store.scenario.queue_seconds), "pipeline_refused", name)
+        elif store.scenario.variants.pipeline_running == "job_created":  # RUNNING, its job still waiting
+            store.schedule(now + timedelta(seconds=store.scenario.queue_seconds), "pipeline_started", name)
         store.bump("trainingPipelinesCreated")
         answer = record.wire()
         if store.scenario.variants.start_time == "admission":  # assumed as for custom/tuning jobs
@@ -140,6 +146,11 @@ class TrainingPipelines:
             return
         code = RPC_STATUS["RESOURCE_EXHAUSTED"][0]  # 8, as in vertex-ai-samples#700
         self._state(record, P.PIPELINE_STATE_FAILED, when, Status(code=code, message=record.refusal))
+
+    def _started(self, name: str, when: datetime) -> None:
+        record = self.records.get(name)
+        if record is not None and record.pipeline.state is P.PIPELINE_STATE_PENDING:
+            self._state(record, P.PIPELINE_STATE_RUNNING, when)
 
     def delete(self, name: str) -> dict:
         record = self._record(name)

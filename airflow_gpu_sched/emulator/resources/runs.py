@@ -350,3 +350,11 @@ class JobRuns:
         self.store.schedule(now + timedelta(seconds=self.scenario.cancel_seconds), "cancelled", record.job.name,
                             record.epoch)
         self.admit(now)
+
+    def hold_in(self, record: JobRecord, state: JobState, when: datetime) -> None:
+        """Control API: the job leaves its life cycle for ``state`` (PAUSED, a state this code does
+        not know) and stays there, holding nothing, until cancelled (its pending events dropped)."""
+        self._stop_running(record, when)
+        self.holds.release(record)
+        self._set_state(record, state, when)
+        self.admit(when)

@@ -11,7 +11,8 @@ Tuning job (``hyperparameterTuningJobs``), the emulator's choices marked *:
         trials started at once (recorded: PENDING -> QUEUED -> PENDING); each trial
         is a custom job ``<display name>-trial-<n>`` with the ``trialJobSpec`` (scheduling, labels
         included) and ``--<parameterId>=<value>`` appended to every pool's args
-    first trial job RUNNING -> JOB_STATE_RUNNING (startTime)
+    first trial job RUNNING -> JOB_STATE_RUNNING (startTime) (variant ``tuningRunning:
+        trial_running``), or already when the first trial is created (``trial_created``): not known*
     a trial job ends -> the trial SUCCEEDED (finalMeasurement from ``studies.metric_values``) or
         INFEASIBLE (infeasibleReason: the job's error); the next trial starts, until
         ``maxTrialCount`` trials were started
@@ -194,6 +195,8 @@ class TuningJobs:
         job.trials = [*(job.trials or []), trial]
         record.trial_jobs[child.job.name] = number - 1
         job.update_time = when
+        if self.store.scenario.variants.tuning_running == "trial_created" and job.state is S.JOB_STATE_PENDING:
+            self._state(record, S.JOB_STATE_RUNNING, when)
 
     def _stop_trials(self, record: TuningRecord, when: datetime) -> None:
         for name in list(record.trial_jobs):
@@ -251,7 +254,7 @@ class TuningJobs:
             return
         if job.state is S.JOB_STATE_CANCELLING:
             if active == 0:  # as the scenario's cancelOutcome says, if it ran (as a custom job)
-                outcome = self.runs.cancel_outcome(record.history)
+                outcome = self.runs.cancel_outcome(record.history) if self._a_trial_ran(record) else "cancelled"
                 if outcome == "succeeded":
                     self._state(record, S.JOB_STATE_SUCCEEDED, when)
                 elif outcome == "failed":
@@ -272,6 +275,12 @@ class TuningJobs:
                 child = self.store.jobs.get(last.custom_job or "")
                 error = (child.job.error if child is not None else None) or Status(code=2, message="Every trial failed.")
                 self._fail(record, last, error, when)
+
+    def _a_trial_ran(self, record: TuningRecord) -> bool:
+        """Only a tuning job whose trials ran can complete or fail despite a cancel (RUNNING alone
+        does not say it under ``tuningRunning: trial_created``)."""
+        jobs = (self.store.jobs.get(name) for name in record.trial_jobs)
+        return any(S.JOB_STATE_RUNNING.value in (s for s, _ in job.history) for job in jobs if job is not None)
 
     def history(self, name: str) -> dict:
         record = self.records[name]

@@ -1,0 +1,107 @@
+"""Issue 40: every waiting state is bounded, PAUSED is handled, and a job the service cancelled at
+its ``scheduling.timeout`` fails as a timeout even when no poll saw it RUNNING. Through
+``dag.test()`` against the emulator (its control API puts a job in PAUSED or in a state this code
+does not know: ``POST /emulator/v1/{job}:setState``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
+from tests.airflow_harness import run_dag
+from tests.conftest import FAST, LOCATION, PROJECT, every_custom_job
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A100 = dict(machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1)
+
+
+@pytest.fixture
+def airflow(airflow_db, vertex_conn):
+    return vertex_conn
+
+
+def _operator(**kw):
+    from airflow_gpu_sched.operators import GpuTrainingOperator
+
+    return GpuTrainingOperator(task_id="train", project_id=PROJECT, location=LOCATION, image_uri="gcr.io/p/trainer:1",
+                               **{"poll_interval": 0.05, **A100, **kw})
+
+
+def test_a_job_the_service_cancelled_at_its_timeout_unseen_running_fails_as_a_timeout(airflow):
+    """timeoutOutcome cancelled, a poll interval longer than the whole run: no poll sees RUNNING,
+    the service's startTime/endTime tell the timeout (was: "cancelled outside this task")."""
+    from airflow.sdk import DAG
+
+    airflow.reset({**FAST, "speed": 100000, "variants": {"timeoutOutcome": "cancelled"}})
+    with DAG("timeout_unseen", schedule=None, start_date=START) as dag:
+        _operator(plan=[{"strategy": "SPOT"}, {"strategy": "STANDARD"}], timeout="10m", poll_interval=1.0,
+                  env={"EMULATOR_RUN_SECONDS": "1000000"})
+    result = run_dag(dag, logical_date=START)
+    assert result["train"].state == "failed"
+    ledger = str(result.task_state_store["train"][LEDGER_KEY])
+    assert "TrainingJobTimedOut" in ledger and "cancelled outside" not in ledger
+    assert airflow.stats()["jobsCreated"] == {"SPOT": 1}  # a timeout does not move the plan on
+    assert airflow.stats()["cancels"] == 0  # the service's cancel, not ours
+
+
+def _hold_the_first_job_in(emulator, state: str, stop: threading.Event) -> None:
+    """Put the first custom job in ``state`` once it exists (the emulator's control API). (The code
+    before issue 40 waited on it for ever: the suite's pytest timeout fails such a run.)"""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not stop.is_set():
+        jobs = every_custom_job(emulator)
+        if jobs:
+            emulator.set_resource_state(jobs[0]["name"], state)
+            return
+        time.sleep(0.01)
+
+
+def _run_with_job_held_in(airflow, state: str, dag_id: str, plan: list) -> object:
+    from airflow.sdk import DAG
+
+    stop = threading.Event()
+    helper = threading.Thread(target=_hold_the_first_job_in, args=(airflow, state, stop), daemon=True)
+    helper.start()
+    with DAG(dag_id, schedule=None, start_date=START) as dag:
+        _operator(plan=plan)
+    try:
+        return run_dag(dag, logical_date=START)
+    finally:
+        stop.set()
+        helper.join()
+
+
+@pytest.mark.parametrize("state", ["JOB_STATE_HIBERNATING", "JOB_STATE_UPDATING"])
+def test_a_job_waiting_in_a_state_this_code_does_not_know_is_cancelled_at_its_bound(airflow, state):
+    """The bound applies to every state neither RUNNING nor ending: an unknown one (the JobState
+    enum grows) and UPDATING alike; the plan moves on (was: waited unbounded)."""
+    airflow.reset(FAST)
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)  # waits QUEUED, then held in `state`
+    result = _run_with_job_held_in(airflow, state, f"unknown_{state.lower()}",
+                                   [{"strategy": "SPOT", "capacity_wait_timeout": 2}, {"strategy": "STANDARD"}])
+    assert result.state == "success", result.tasks
+    attempts = result["train"].return_value["attempts"]
+    assert [(a["strategy"], a["state"]) for a in attempts][0] == ("SPOT", "CAPACITY_TIMEOUT")
+    assert attempts[1]["strategy"] == "STANDARD" and attempts[1]["outcome"] == "succeeded"
+    assert state in str(attempts[0]["error"])  # the bound's note names the state it was in
+    assert airflow.stats()["cancels"] == 1  # ours, at the bound
+
+
+def test_a_paused_job_is_cancelled_and_the_try_fails_with_the_paused_message(airflow):
+    """Google's SDKs take PAUSED as complete; this task cancels the job and fails, not retried,
+    not moving the plan on (was: waited unbounded)."""
+    airflow.reset(FAST)
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", spot=0)
+    result = _run_with_job_held_in(airflow, "JOB_STATE_PAUSED", "paused", [{"strategy": "SPOT"}, {"strategy": "STANDARD"}])
+    assert result["train"].state == "failed"
+    ledger = str(result.task_state_store["train"][LEDGER_KEY])
+    assert "TrainingJobFailedNoRetry" in ledger and "JOB_STATE_PAUSED" in ledger
+    assert airflow.stats()["jobsCreated"] == {"SPOT": 1} and airflow.stats()["cancels"] == 1
+    assert [j["state"] for j in every_custom_job(airflow)] == ["JOB_STATE_CANCELLED"]
+    from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE
+
+    assert PAUSED_MESSAGE in ledger
