@@ -19,6 +19,10 @@ the installed Airflow has (a feature, not a version number, where one can be see
 - ``PROVIDER_CLI``: the provider-info ``cli`` key is read, so ``airflow gpu-sched`` exists (3.2).
   Without it the same commands are ``airflow-gpu-sched`` (the console script).
 
+Calls whose shape moved: :func:`xcom_aset` / :func:`xcom_aget_one` (a trigger's XComs: 3.1 and
+3.2 have no async XCom API, their triggerer's channel takes the same messages) and
+:func:`dag_bag` (3.1's and 3.2's ``DagBag`` would add Airflow's example DAGs).
+
 May import: nothing of this package; airflow only inside functions.
 """
 
