@@ -34,7 +34,8 @@ with DAG(
     @task(inlets=[MODEL])
     def new_model_version(triggering_asset_events=None, inlet_events=None) -> dict:
         """The event that says which version to deploy, and what training it cost."""
-        events = list((triggering_asset_events or {}).get(MODEL, []))
+        # indexed, never looked up in a dict: Airflow 3.1's Asset cannot be hashed (its __hash__ hashes a dict)
+        events = list(triggering_asset_events[MODEL]) if triggering_asset_events else []
         how = "the event that triggered this run"
         if not events:  # a manual run: the latest version registered
             events, how = list(inlet_events[MODEL])[-1:], "the Asset's latest event"

@@ -165,11 +165,18 @@ def run_dag(dag, **test_kwargs) -> DagRunResult:
     from sqlalchemy import select
 
     from airflow.models.dagrun import DagRun
-    from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
-    from airflow.sdk.serde import deserialize
     from airflow.utils.session import create_session
+
+    try:  # Airflow 3.3; 3.1 and 3.2 have no task state store (docs/compatibility.md)
+        from airflow.models.task_state_store import TaskStateStoreModel
+    except ImportError:
+        TaskStateStoreModel = None
+    try:
+        from airflow.sdk.serde import deserialize
+    except ImportError:  # Airflow 3.1
+        from airflow.serialization.serde import deserialize
 
     sync_dag_to_db(dag)
     run_id = dag.test(**test_kwargs).run_id
@@ -184,9 +191,18 @@ def run_dag(dag, **test_kwargs) -> DagRunResult:
             task = tasks.setdefault((x.task_id, x.map_index), TaskResult(x.task_id, x.map_index, None, 0))
             task.xcoms[x.key] = deserialize(XComModel.deserialize_value(x))  # as ti.xcom_pull would
         store: dict[Any, dict[str, Any]] = {}
-        for row in session.scalars(select(TaskStateStoreModel).where(TaskStateStoreModel.dag_run_id == dr.id)):
+        rows = [] if TaskStateStoreModel is None else session.scalars(
+            select(TaskStateStoreModel).where(TaskStateStoreModel.dag_run_id == dr.id))
+        for row in rows:
             key = row.task_id if row.map_index == -1 else (row.task_id, row.map_index)
             store.setdefault(key, {})[row.key] = json.loads(row.value)
+        # without a task_state_store (3.1/3.2) the ledger's store is the try's XCom (orchestration/ledger.py)
+        from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
+
+        for (task_id, map_index), task in tasks.items():
+            key = task_id if map_index == -1 else (task_id, map_index)
+            if LEDGER_KEY in task.xcoms and LEDGER_KEY not in store.get(key, {}):
+                store.setdefault(key, {})[LEDGER_KEY] = task.xcoms[LEDGER_KEY]
         return DagRunResult(dag.dag_id, run_id, str(dr.state), tasks, store)
 
 

@@ -52,7 +52,10 @@ def _ui_meta() -> dict:
 
 def test_the_providers_manager_lists_the_hook_connection_types_and_their_form(airflow_db):
     from airflow.providers_manager import ProvidersManager
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    try:  # the task SDK's own manager (3.3); 3.1/3.2 tasks read the core one
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    except ImportError:
+        from airflow.providers_manager import ProvidersManager as ProvidersManagerTaskRuntime
 
     from airflow_gpu_sched.hooks.connection_form import CONN_FIELDS
 
@@ -230,7 +233,10 @@ def test_descriptions_survive_airflows_formatting():
 
 def test_vertex_ai_asset_uris_are_registered_and_normalized(airflow_db):
     from airflow.sdk import Asset
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    try:  # the task SDK's own manager (3.3); 3.1/3.2 tasks read the core one
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    except ImportError:
+        from airflow.providers_manager import ProvidersManager as ProvidersManagerTaskRuntime
 
     from airflow_gpu_sched.orchestration.assets import convert_asset_to_openlineage, create_asset, model_asset
 

@@ -177,16 +177,15 @@ def test_vertex_unreachable_is_retried_and_the_retry_re_attaches_to_the_same_job
 
 
 def test_the_errors_a_retry_cannot_change_are_airflows_no_retry_exception():
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from airflow_gpu_sched import compat
     from airflow_gpu_sched.operators.base import ERRORS
     from airflow_gpu_sched.orchestration.errors import InvalidTrainingSpec, TrainingJobCancelled, TrainingJobFailed
     from airflow_gpu_sched.orchestration.plan_engine import NO_RETRY
 
     every = {**ERRORS, "InvalidTrainingSpec": InvalidTrainingSpec}
-    assert {name for name, cls in every.items() if issubclass(cls, AirflowFailException)} == NO_RETRY
+    assert {name for name, cls in every.items() if issubclass(cls, compat.AirflowFailException)} == NO_RETRY
     assert issubclass(ERRORS["TrainingJobFailedNoRetry"], TrainingJobFailed)  # `except TrainingJobFailed` holds
-    assert issubclass(TrainingJobCancelled, AirflowFailException)
+    assert issubclass(TrainingJobCancelled, compat.AirflowFailException)
 
 
 class _Ti:

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
+from airflow_gpu_sched import compat
 from airflow_gpu_sched.operators import events, lineage, region_order, run, running, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
@@ -106,7 +106,7 @@ class VertexTrainingOperator(BaseOperator):
         quota_preflight: bool = True,
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | list[str] | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool = compat.conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 30.0,
         transient_error_window: float = TRANSIENT_ERROR_WINDOW,
         plan: list[Step | dict[str, Any]] | None = None,
@@ -223,14 +223,14 @@ class VertexTrainingOperator(BaseOperator):
     # ------------------------------------------------------------------ entry points: validate -> run loop -> result
 
     def execute(self, context: Context) -> Any:
-        from airflow_gpu_sched.operators import race
+        from airflow_gpu_sched.operators import race, reattach
 
         self.execution_deadline = running.execution_deadline(self, context)
         self.validated_job(context)  # bad input fails here, before any API call
         with run.vertex_reachable():
             ledger = self._ledger_of(context)
-            if not ledger.durable:
-                self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
+            if not ledger.durable:  # Airflow 3.1/3.2: a retry finds its earlier try's job by its labels
+                reattach.adopt_earlier_job(self, context, ledger)
             started = events.try_started(self, context, ledger, race.found_members(self, ledger))
             return run.run(self, context, ledger, *started)
 

@@ -66,10 +66,10 @@ def run(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any 
     try:
         return _loop(op, context, ledger, event, ended)
     except stops.TryStopped as exc:  # Airflow's own "terminated": failed, not retried, as a kill is
-        from airflow.sdk.exceptions import AirflowTaskTerminated
+        from airflow_gpu_sched import compat
 
         op.log.warning("%s", exc)
-        raise AirflowTaskTerminated(str(exc)) from None
+        raise compat.AirflowTaskTerminated(str(exc)) from None
 
 
 def _loop(op: Any, context: Any, ledger: SubmissionLedger, event: Any, ended: Any) -> Any:
@@ -172,8 +172,12 @@ def submit(op: Any, context: Any, ledger: SubmissionLedger, step: Any, location:
     ambiguous create by that key's label; the name is saved before anything else."""
     from airflow_gpu_sched.operators.unrecorded import record_or_cancel
 
+    from airflow_gpu_sched.operators.reattach import position_label
+
     key = ledger.submission_key or ledger.new_submission()
     job = op.validated_job(context, key, step, max_wait)
+    # its plan position on the job too: a retry on an Airflow that keeps no ledger finds it by labels
+    job = job.model_copy(update={"labels": {**(job.labels or {}), **position_label(ledger.position)}})
     created = vertex_calls.create(op, job, key, location, job.display_name)
     record_or_cancel(op.log, lambda: ledger.record_job(created.name, try_number(context)),
                      lambda: vertex_calls.cancel(op, created.name), created.name)

@@ -50,9 +50,9 @@ def checked(value: str, source: str = f"[{SECTION}] {OPTION} (env AIRFLOW__GPU_S
 
 def configured() -> str | None:
     """``[gpu_sched] deployment_id`` when set (checked), else None."""
-    from airflow.configuration import conf
+    from airflow_gpu_sched import compat
 
-    value = (conf.get(SECTION, OPTION, fallback="") or "").strip()
+    value = (compat.conf.get(SECTION, OPTION, fallback="") or "").strip()
     return checked(value) if value else None
 
 

@@ -37,7 +37,9 @@ May import: orchestration; airflow.
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow_gpu_sched import compat
+
+AirflowException, AirflowFailException = compat.AirflowException, compat.AirflowFailException
 
 
 class GpuTrainingError(AirflowException):

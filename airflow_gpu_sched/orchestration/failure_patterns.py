@@ -162,11 +162,9 @@ def backtracking_risk(pattern: str) -> str | None:
 
 
 def _read_option() -> str | None:
-    try:
-        from airflow.sdk import conf
-    except ImportError:  # an Airflow without the task SDK
-        from airflow.configuration import conf
-    return conf.get(SECTION, OPTION, fallback=None)
+    from airflow_gpu_sched import compat
+
+    return compat.conf.get(SECTION, OPTION, fallback=None)
 
 
 @lru_cache(maxsize=1)

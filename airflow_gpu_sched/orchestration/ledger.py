@@ -34,7 +34,13 @@ operators/run.py, name them): no other module touches ``data``.
 - When a try fails, its error is kept (``failed``): the plan's engine tells from it and the
   try numbers whether a later try is a retry (fail again if a retry cannot help) or follows a
   clear (a new training run: :meth:`new_run`).
-Without a ``task_state_store`` (older Airflow), an in-memory one is used: no crash recovery.
+Without a ``task_state_store`` (Airflow 3.1 and 3.2: ``compat.HAS_TASK_STATE_STORE``), the
+ledger lives in the try's own XCom (:class:`XComStore`): Airflow clears a task's XComs when a
+try starts, not when it resumes from the triggerer, so the ledger is kept across the deferral
+(a race, a wait's bound, the job name all resume), and a worker that dies mid-wait leaves it for
+the resumed try. A retry starts with an empty ledger: it finds its earlier try's live job by the
+job's labels on Vertex (operators/reattach.py). With no task instance at all (a unit test
+calling ``execute`` with a bare context), an in-memory store: no crash recovery.
 
 May import: nothing of this package; airflow only inside functions.
 """
@@ -67,17 +73,60 @@ class _MemoryStore:
         self._data[key] = value
 
 
+class XComStore:
+    """The try's own XCom as the ledger's store (Airflow 3.1/3.2): kept across the deferral,
+    cleared by Airflow when the next try starts (see the module doc)."""
+
+    def __init__(self, ti: Any):
+        self._ti = ti
+
+    def _where(self) -> dict[str, Any]:
+        ti = self._ti
+        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                "map_index": ti.map_index if ti.map_index is not None else -1}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        from airflow.sdk.execution_time.xcom import XCom  # the configured backend
+
+        value = XCom.get_one(key=key, **self._where())
+        return default if value is None else value
+
+    def set(self, key: str, value: Any, **_: Any) -> None:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        XCom.set(key, value, **self._where())
+
+
+def store_of(context: Any) -> tuple[Any, bool]:
+    """The ledger's store for this try, and whether it is kept across tries: the
+    ``task_state_store`` (3.3), else the try's XCom (3.1/3.2), else None (no task instance)."""
+    if not hasattr(context, "get"):
+        return None, False
+    store = context.get("task_state_store")
+    if store is not None:
+        return store, True
+    from airflow_gpu_sched import compat
+
+    ti = context.get("ti")
+    identified = ti is not None and all(isinstance(getattr(ti, f, None), str) for f in ("dag_id", "task_id", "run_id"))
+    if identified and not compat.HAS_TASK_STATE_STORE:
+        return XComStore(ti), False
+    return None, False
+
+
 def _fresh_run() -> dict[str, Any]:
     return {"run": uuid.uuid4().hex, "submission_key": None, "job_name": None,
             "attempts": [], "preemptions": 0, "completed": False, "position": 0}
 
 
 class SubmissionLedger:
-    def __init__(self, store: Any | None, try_number: int | None = None, first_try: int | None = None):
+    def __init__(self, store: Any | None, try_number: int | None = None, first_try: int | None = None,
+                 durable: bool | None = None):
         """``try_number``/``first_try``: this try and the first try since the task instance was
         last cleared (operators/events.py ``first_try``); without them a completed run is
-        always followed by a new one."""
-        self.durable = store is not None
+        always followed by a new one. ``durable``: the store is kept across tries (default:
+        any store is)."""
+        self.durable = store is not None if durable is None else durable
         self._store = store if store is not None else _MemoryStore()
         self.data: dict[str, Any] = dict(self._store.get(LEDGER_KEY) or {})
         if not self.data or (self.data.get("completed") and not self._retry_of_completion(try_number, first_try)):
@@ -93,8 +142,15 @@ class SubmissionLedger:
     @classmethod
     def from_context(cls, context: Any, first_try: int | None = None) -> SubmissionLedger:
         ti = context.get("ti") if hasattr(context, "get") else None
-        return cls(context.get("task_state_store") if hasattr(context, "get") else None,
-                   try_number=getattr(ti, "try_number", None), first_try=first_try)
+        store, durable = store_of(context)
+        return cls(store, try_number=getattr(ti, "try_number", None), first_try=first_try, durable=durable)
+
+    def adopt(self, submission_key: str, position: int) -> None:
+        """A retry without a kept ledger (3.1/3.2) takes on the job an earlier try submitted,
+        found by its labels (operators/reattach.py): its key and plan position, the job found
+        again by that key as if the earlier try had died before saving its name."""
+        self.data.update(submission_key=submission_key, job_name=None, position=position, job_try=None)
+        self.save()
 
     @property
     def completed(self) -> bool:
@@ -217,11 +273,12 @@ class SubmissionLedger:
         self._save_data(stored)
 
     def _save_data(self, data: dict[str, Any]) -> None:
-        try:
-            from airflow.sdk.execution_time.context import NEVER_EXPIRE
+        from airflow_gpu_sched import compat
 
-            self._store.set(LEDGER_KEY, data, retention=NEVER_EXPIRE)
-        except ImportError:
+        never = compat.resolve("NEVER_EXPIRE", None)  # the task_state_store's retention (3.3)
+        if never is not None and self.durable:  # an XCom takes no retention
+            self._store.set(LEDGER_KEY, data, retention=never)
+        else:
             self._store.set(LEDGER_KEY, data)
 
     def cancelled_by_us(self, job_name: str | None) -> bool:

@@ -28,18 +28,15 @@ log = logging.getLogger(__name__)
 
 
 def _stats() -> Any:
-    try:
-        from airflow.sdk.observability import stats  # the public face (airflow.stats is a deprecated shim)
+    from airflow_gpu_sched import compat
 
-        return stats
-    except ImportError:  # outside Airflow: metrics go nowhere
-        return None
+    return compat.resolve("stats", None)  # None: outside Airflow, metrics go nowhere
 
 
 def _legacy_names_on() -> bool:
-    from airflow.sdk.configuration import conf
+    from airflow_gpu_sched import compat
 
-    return conf.getboolean("metrics", "legacy_names_on", fallback=True)
+    return compat.conf.getboolean("metrics", "legacy_names_on", fallback=True)
 
 
 def emit(metrics: list[Metric]) -> None:

@@ -1,6 +1,8 @@
 """``airflow gpu-sched jobs list|orphans``, ``plan check``, ``quota check``: the platform commands
-as an ``airflow`` subcommand group (the provider info's ``cli`` key, Airflow 3.3's providers
-manager), the same commands and arguments as ``airflow-gpu-sched`` (``tools/cli.py``).
+as an ``airflow`` subcommand group (the provider info's ``cli`` key, read by the providers
+manager from Airflow 3.2 on: ``compat.PROVIDER_CLI``; on 3.1 the key is ignored and the commands
+are ``airflow-gpu-sched`` only), the same commands and arguments as ``airflow-gpu-sched``
+(``tools/cli.py``).
 
 Airflow calls :func:`get_cli_commands` on every ``airflow`` invocation: it only builds the
 command table; the commands import what they need when they run.

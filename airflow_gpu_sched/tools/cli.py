@@ -29,8 +29,8 @@ demo, a timeline of training jobs, and commands to inspect jobs, plans and quota
   airflow-gpu-sched plan check DAG_FILE           each training task's plan and the rules it breaks
   airflow-gpu-sched quota check DAG_FILE          what each task needs against the regions' GPU quota
 
-The jobs, plan and quota commands run where Airflow is configured (the same commands are
-`airflow gpu-sched ...`); they read Vertex AI through the connection --conn-id (default
+The jobs, plan and quota commands run where Airflow is configured (on Airflow 3.2 and later
+the same commands are `airflow gpu-sched ...`); they read Vertex AI through the connection --conn-id (default
 google_cloud_default). Listings print a table; -o json|yaml|plain for scripts.
 """
 

@@ -49,6 +49,24 @@ def logs_to_stderr() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
+    # Airflow's structlog loggers made from here on: their factory's output unset means stdout
+    # (Airflow 3.1 printed a connection warning ahead of the JSON that way)
+    with contextlib.suppress(Exception):
+        import structlog
+
+        factory = structlog.get_config().get("logger_factory")
+        if hasattr(factory, "io") and factory.io is None:
+            factory.io = _Stderr(binary="Bytes" in getattr(factory.cls, "__name__", ""))
+
+
+class _Stderr:
+    """``sys.stderr`` as it is at each write (a test's capture, replaced between tests, included)."""
+
+    def __init__(self, binary: bool):
+        self.binary = binary
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stderr.buffer if self.binary else sys.stderr, name)
 
 
 def make_client(conn_id: str, location: str, project: str | None = None, api_endpoint: str | None = None,
@@ -56,9 +74,10 @@ def make_client(conn_id: str, location: str, project: str | None = None, api_end
     """A client from the Airflow connection; with ``api_endpoint`` and no such connection, a plain
     one for that endpoint (the emulator needs no credentials). Someone is waiting at a terminal:
     without ``wait`` a call is not retried (an unreachable endpoint is one error line at once)."""
-    from airflow.exceptions import AirflowNotFoundException
-
+    from airflow_gpu_sched import compat
     from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
+
+    AirflowNotFoundException = compat.AirflowNotFoundException
 
     retry = RetryPolicy(initial=0.5, maximum=5.0, deadline=WAIT_SECONDS if wait else 0.0)
     extra = {"api_endpoint": api_endpoint} if api_endpoint else {}
@@ -188,8 +207,7 @@ def training_tasks(dag_file: str) -> list[Any]:
     """The training operators of every DAG in the file, loaded as Airflow's DAG processor would."""
     if not os.path.isfile(dag_file):  # before importing Airflow: seconds saved on a typo
         raise CommandError(f"{dag_file}: no such file")
-    from airflow.dag_processing.dagbag import DagBag
-
+    from airflow_gpu_sched import compat
     from airflow_gpu_sched.operators.base import VertexTrainingOperator
 
     # Airflow puts the DAGs folder on sys.path, so DAG files import their neighbours: do the same.
@@ -197,7 +215,7 @@ def training_tasks(dag_file: str) -> list[Any]:
     if folder not in sys.path:
         sys.path.insert(0, folder)
     with _quiet("airflow.dag_processing"):  # its log lines would mix with the table/JSON; errors come below
-        bag = DagBag(dag_folder=dag_file, safe_mode=False)
+        bag = compat.dag_bag(dag_file, safe_mode=False)
     if bag.import_errors:
         raise CommandError(f"{dag_file}: " + "\n".join(_exception_text(err) for err in bag.import_errors.values()))
     return [task for dag_id in sorted(bag.dags) for task in bag.dags[dag_id].tasks

@@ -77,9 +77,10 @@ async def learn(client: Any, job_name: str, masked: Any = None) -> Redactor:
 async def _register(secret: str, name: str | None) -> None:
     if "airflow.sdk" not in sys.modules:  # not under Airflow: importing it would load its config
         return
-    try:
-        from airflow.sdk.log import amask_secret
-    except ImportError:
+    from airflow_gpu_sched import compat
+
+    amask_secret = compat.resolve("amask_secret", None)
+    if amask_secret is None:
         return
     with suppress(Exception):  # masking must never break the tail
         await amask_secret(secret, name)

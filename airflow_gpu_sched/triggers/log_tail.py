@@ -191,9 +191,9 @@ class PositionStore:
         if self.ti is None:
             return LogPosition.of(_IN_MEMORY.get(self.job_name))
         try:
-            from airflow.sdk.execution_time.xcom import XCom
+            from airflow_gpu_sched import compat
 
-            saved = await XCom.aget_one(key=POSITION_KEY, **self._where())
+            saved = await compat.xcom_aget_one(key=POSITION_KEY, **self._where())
         except Exception as exc:  # no XCom reachable: start from the job's first line
             self.problem = f"log position not read ({type(exc).__name__}: {exc})"
             return LogPosition()
@@ -209,9 +209,9 @@ class PositionStore:
             _IN_MEMORY[self.job_name] = value
             return
         try:
-            from airflow.sdk.execution_time.xcom import XCom
+            from airflow_gpu_sched import compat
 
-            await XCom.aset(POSITION_KEY, value, **self._where())
+            await compat.xcom_aset(POSITION_KEY, value, **self._where())
         except Exception as exc:  # the lines are written all the same; a restart may repeat some
             self.problem = f"log position not saved ({type(exc).__name__}: {exc})"
 

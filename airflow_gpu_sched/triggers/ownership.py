@@ -114,10 +114,10 @@ async def _record(trigger: Any, key: str, value: str, what: str) -> None:
     ti, comms = _ti_of(trigger), supervisor_comms()
     if ti is None or comms is None:
         return
-    from airflow.sdk.execution_time.xcom import XCom  # the configured backend, as a task's own XComs
+    from airflow_gpu_sched import compat  # the configured backend, as a task's own XComs
 
     try:
-        await XCom.aset(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+        await compat.xcom_aset(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
                         map_index=getattr(ti, "map_index", -1))
     except Exception as exc:
         log.warning("could not record %s (%s)", what, exc)
@@ -130,7 +130,8 @@ async def handed_over(trigger: Any) -> bool:
     if ti is None or comms is None:
         return False
     from airflow.sdk.execution_time.comms import GetTaskStates
-    from airflow.sdk.execution_time.xcom import XCom
+
+    from airflow_gpu_sched import compat
 
     try:
         states = await comms.asend(GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id],
@@ -140,8 +141,8 @@ async def handed_over(trigger: Any) -> bool:
             return False  # marked failed/success, or cleared: a user's kill
         where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
                  "map_index": getattr(ti, "map_index", -1)}
-        watching = await XCom.aget_one(key=WATCH_KEY, **where) if state == "deferred" else None
-        fired_trigger = await XCom.aget_one(key=FIRED_KEY, **where)
+        watching = await compat.xcom_aget_one(key=WATCH_KEY, **where) if state == "deferred" else None
+        fired_trigger = await compat.xcom_aget_one(key=FIRED_KEY, **where)
     except Exception as exc:  # cannot tell: a user's action is the likelier, cancel as before
         log.warning("could not tell a user's kill from a hand-over (%s): cancelling", exc)
         return False

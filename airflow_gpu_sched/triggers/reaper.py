@@ -56,7 +56,9 @@ StatesReader = Callable[[str, str], Awaitable["dict[str, dict[str, Any]] | None"
 def settings() -> tuple[float, float]:
     """(interval, grace) in seconds from ``[gpu_sched]`` (env ``AIRFLOW__GPU_SCHED__REAPER_INTERVAL``,
     ``..._GRACE``); an interval of 0 turns the reaper off. A bad value falls back to the default."""
-    from airflow.configuration import conf
+    from airflow_gpu_sched import compat
+
+    conf = compat.conf
 
     def read(option: str, default: float) -> float:
         try:

@@ -63,9 +63,9 @@ async def _page(request: Request, heading: str, dag_id: str | None, run_id: str 
 
 def _console_domain() -> str:
     """``[gpu_sched] console_domain`` (the host console links may point to), as the links were built with."""
-    from airflow.configuration import conf
+    from airflow_gpu_sched import compat
 
-    return (conf.get("gpu_sched", "console_domain", fallback=None) or page.DEFAULT_CONSOLE).strip().lower()
+    return (compat.conf.get("gpu_sched", "console_domain", fallback=None) or page.DEFAULT_CONSOLE).strip().lower()
 
 
 def create_app() -> FastAPI:

@@ -32,13 +32,11 @@ def check_domain(value: str) -> str:
 
 def console_domain() -> str:
     """The configured host (read each call: it is cheap, and the API server and workers each read theirs)."""
-    try:
-        from airflow.sdk import conf
-    except ImportError:  # an Airflow without the task SDK, or none (the tools' pure parts)
-        try:
-            from airflow.configuration import conf
-        except ImportError:
-            return DEFAULT_DOMAIN
+    from airflow_gpu_sched import compat
+
+    conf = compat.resolve("conf", None)  # None: no Airflow (the tools' pure parts)
+    if conf is None:
+        return DEFAULT_DOMAIN
     return check_domain(conf.get(SECTION, OPTION, fallback=None) or DEFAULT_DOMAIN)
 
 

@@ -223,6 +223,28 @@ def test_a_task_marked_failed_while_waiting_for_its_retry_has_its_job_cancelled_
     _check_created(airflow, start, created=2)
 
 
+def test_a_deferred_task_marked_failed_has_its_job_cancelled_by_on_kill_or_else_the_reaper(airflow):
+    """A deferred task marked failed (docs/compatibility.md): on an Airflow whose triggers get
+    ``on_kill`` (3.3) the trigger cancels the job; on 3.1/3.2 nothing calls it, and the reaper
+    cancels the job on the second pass that sees it orphaned (the keeper's trigger keeps the
+    region's poller, where the reaper runs), logging why. The keeper's job is left alone."""
+    from airflow_gpu_sched import compat
+
+    start = airflow.emulator.stats()
+    _, keeper_job = _keeper(airflow, HOLD)
+    run_id, job_name = _keeper(airflow, HOLD)  # the victim: deferred on its job too
+    before = _last_pass(airflow)
+    airflow.api("PATCH", f"dags/{HOLD}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+    _wait_cancelled(airflow, job_name, HOLD, run_id)
+    if not compat.TRIGGERS_GET_ON_KILL:  # the reaper's cancel, after a first sighting
+        line = _reaped(airflow, job_name)
+        assert f"dag={HOLD} task=train run={label_value(run_id)}" in line and "task instance is failed" in line, line
+        orphaned = [p for p in _passes(airflow) if p[0] > before and p[3] >= 1]
+        assert [p[4] for p in orphaned][:2] == [0, 1], orphaned
+    assert _job(airflow, keeper_job)["state"] == "JOB_STATE_QUEUED"
+    _check_created(airflow, start, created=2)
+
+
 def test_a_dag_run_deleted_while_its_task_waits_has_its_job_cancelled(airflow):
     """The DAG run is deleted while its task waits for its retry (its task instances vanish with
     it, no on_kill): the reaper cancels the job, saying no task instance owns it. Fails on main."""

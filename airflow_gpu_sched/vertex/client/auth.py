@@ -284,9 +284,10 @@ def mask_secret(secret: str) -> None:
     """Register a secret with Airflow's log masker, when running under Airflow."""
     if "airflow.sdk" not in sys.modules:  # not under Airflow: importing it would load its config
         return
-    try:
-        from airflow.sdk.log import mask_secret as _mask
-    except ImportError:
+    from airflow_gpu_sched import compat
+
+    _mask = compat.resolve("mask_secret", None)  # read now: a test may patch Airflow's
+    if _mask is None:
         return
     with suppress(Exception):  # masking must never break a request
         _mask(secret)
@@ -296,9 +297,10 @@ async def amask_secret(secret: str) -> None:
     """Async form: Airflow's sync masker may deadlock on its supervisor channel in a loop."""
     if "airflow.sdk" not in sys.modules:
         return
-    try:
-        from airflow.sdk.log import amask_secret as _amask
-    except ImportError:
+    from airflow_gpu_sched import compat
+
+    _amask = compat.resolve("amask_secret", None)
+    if _amask is None:
         return
     with suppress(Exception):
         await _amask(secret)
