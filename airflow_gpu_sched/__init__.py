@@ -1,5 +1,5 @@
-"""airflow-gpu-sched: Vertex AI GPU training on scarce capacity from Airflow, in layers (README,
-"What is here"): ``vertex`` (no Airflow), ``orchestration``, ``triggers`` and ``operators``,
+"""airflow-gpu-sched: Vertex AI GPU training on scarce capacity from Airflow, in layers
+(docs/architecture.md): ``vertex`` (no Airflow), ``orchestration``, ``triggers`` and ``operators``,
 ``emulator``, ``tools``. Empty on purpose but for the version: importing a layer loads nothing
 of the others."""
 
