@@ -175,9 +175,15 @@ ORPHAN_COLUMNS = ["dag", "task", "map_index", "run", "state", "owner", "deployme
 
 
 def _jobs_list(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
     from airflow_gpu_sched.tools import platform
 
-    emit(platform.list_jobs(_client(args), _job_types(args)), JOB_COLUMNS, args.output)
+    rows = platform.list_jobs(_client(args), _job_types(args))
+    if args.output == "table" and not args.wide:  # for a terminal: 120 columns at most
+        emit(platform.short_job_rows(rows, datetime.now(timezone.utc)), list(platform.SHORT_JOB_COLUMNS), "table")
+    else:
+        emit(rows, JOB_COLUMNS, args.output)
     return 0
 
 
@@ -257,7 +263,9 @@ PLATFORM_COMMANDS: dict[str, tuple[str, dict[str, tuple[Any, str, list]]]] = {
     "jobs": ("list and clean up this package's Vertex AI jobs in a project and region", {
         "list": (_jobs_list, "list the jobs this package submitted (label managed-by=airflow-gpu-sched): DAG, "
                           "task, try, strategy, state, age; --wide for every column",
-                 _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT),
+                 _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT + [
+                     (("--wide",), {"action": "store_true",
+                                    "help": "the table with every column: full names, times, run, type"})]),
         "orphans": (_jobs_orphans, "find active jobs whose task instance is no longer running or deferred; "
                                     "--cancel cancels this deployment's",
                     _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT + [
