@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf  # already loaded by airflow.sdk: costs nothing at DAG parse
 
-from airflow_gpu_sched.operators import events, lineage, region_order, run, waits
+from airflow_gpu_sched.operators import events, lineage, links, region_order, run, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
@@ -222,31 +222,42 @@ class VertexTrainingOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         from airflow_gpu_sched.operators import race
 
+        links.start_try(self)
         self.validated_job(context)  # bad input fails here, before any API call
         with run.vertex_reachable():
             ledger = self._ledger_of(context)
             if not ledger.durable:
                 self.log.warning("no task_state_store in the context: retries cannot re-attach to a job")
             started = events.try_started(self, context, ledger, race.found_members(self, ledger))
-            return run.run(self, context, ledger, *started)
+            return self._returned(run.run(self, context, ledger, *started))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the job's event: the loop goes on from there."""
+        links.start_try(self, resumed_with_job=True)
         with run.vertex_reachable():
-            return run.run(self, context, self._ledger_of(context), *events.job_event(self, context, event))
+            return self._returned(run.run(self, context, self._ledger_of(context),
+                                          *events.job_event(self, context, event)))
 
     def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with a race's event (operators/race.py)."""
         from airflow_gpu_sched.operators import race
 
+        links.start_try(self, resumed_with_job=True)
         with run.vertex_reachable():
             self.run_ledger = ledger = self._ledger_of(context)
-            return run.run(self, context, ledger, *race.race_event(self, context, event))
+            return self._returned(run.run(self, context, ledger, *race.race_event(self, context, event)))
 
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
+        links.start_try(self)  # the pool's wait comes before the job: no links yet
         with run.vertex_reachable():
-            return run.run(self, context, self._ledger_of(context), events.capacity_event(event))
+            return self._returned(run.run(self, context, self._ledger_of(context), events.capacity_event(event)))
+
+    def _returned(self, result: Any) -> Any:
+        """The result Airflow pushes as ``return_value`` when execute returns (the model link reads it)."""
+        if result is not None:
+            links.wrote(self, "return_value")
+        return result
 
     def _ledger_of(self, context: Context) -> SubmissionLedger:  # with this run's region order
         ledger = SubmissionLedger.from_context(context, events.first_try(self, context))
