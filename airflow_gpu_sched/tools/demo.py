@@ -12,7 +12,7 @@ the time saved, and prints a summary per training task.
 (FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
 one-replica persistent pool), each state change printed in emulated time.
 
-May import: vertex, emulator; never airflow.
+May import: vertex, emulator, tools; never airflow.
 """
 
 from __future__ import annotations

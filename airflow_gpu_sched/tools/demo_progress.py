@@ -6,7 +6,7 @@ no job yet; a job queued for GPUs may not change for minutes). Issue 41: the dem
 that long, and its last line named 4 of the 7 DAGs it ran. At the end, every DAG it ran and
 how it ended.
 
-May import: nothing of this package.
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations
