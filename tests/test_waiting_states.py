@@ -157,3 +157,14 @@ def test_a_cancel_after_a_run_as_long_as_the_timeout_could_be_the_timeout_a_shor
     assert outcomes.cancel_cause(ran_out, state_times.new(), ours=False) is outcomes.CancelCause.TIMED_OUT
     assert outcomes.cancel_cause(early, state_times.new(), ours=False) is outcomes.CancelCause.UNKNOWN
     assert outcomes.cancel_cause(ran_out, state_times.new(), ours=True) is outcomes.CancelCause.OURS
+
+
+def test_a_state_this_code_does_not_know_is_logged_as_such_once():
+    from airflow_gpu_sched.orchestration.watch import JobWatch
+
+    watch = JobWatch("projects/p/locations/l/customJobs/1")
+    lines = [watch.observe(_job(state)) for state in
+             ("JOB_STATE_QUEUED", "JOB_STATE_HIBERNATING", "JOB_STATE_HIBERNATING", "JOB_STATE_HIBERNATING")]
+    assert lines[0] == "projects/p/locations/l/customJobs/1: JOB_STATE_QUEUED"
+    assert "a state this version does not know" in lines[1] and "capacity_wait_timeout" in lines[1]
+    assert lines[2:] == [None, None]
