@@ -157,3 +157,47 @@ def test_a_cancel_after_a_run_as_long_as_the_timeout_could_be_the_timeout_a_shor
     assert outcomes.cancel_cause(ran_out, state_times.new(), ours=False) is outcomes.CancelCause.TIMED_OUT
     assert outcomes.cancel_cause(early, state_times.new(), ours=False) is outcomes.CancelCause.UNKNOWN
     assert outcomes.cancel_cause(ran_out, state_times.new(), ours=True) is outcomes.CancelCause.OURS
+
+
+def test_a_state_this_code_does_not_know_is_logged_as_such_once():
+    from airflow_gpu_sched.orchestration.watch import JobWatch
+
+    watch = JobWatch("projects/p/locations/l/customJobs/1")
+    lines = [watch.observe(_job(state)) for state in
+             ("JOB_STATE_QUEUED", "JOB_STATE_HIBERNATING", "JOB_STATE_HIBERNATING", "JOB_STATE_HIBERNATING")]
+    assert lines[0] == "projects/p/locations/l/customJobs/1: JOB_STATE_QUEUED"
+    assert "a state this version does not know" in lines[1] and "capacity_wait_timeout" in lines[1]
+    assert lines[2:] == [None, None]
+
+
+def test_a_paused_race_member_is_cancelled_at_once_and_cannot_win(airflow):
+    """In a race, a member seen PAUSED is cancelled as one past its bound (was: left PAUSED until
+    another member won); the member that gets GPUs later wins."""
+    from airflow.sdk import DAG
+
+    east = "us-east4"
+    airflow.reset(FAST)
+    for region in (LOCATION, east):
+        airflow.set_capacity(region, "NVIDIA_TESLA_A100", spot=0)
+
+    def pause_the_first_then_free_the_second():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not every_custom_job(airflow):
+            time.sleep(0.01)
+        name = every_custom_job(airflow)[0]["name"]
+        airflow.set_resource_state(name, "JOB_STATE_PAUSED")
+        while time.monotonic() < deadline and every_custom_job(airflow)[0]["state"] == "JOB_STATE_PAUSED":
+            time.sleep(0.01)  # until this task cancelled it (the code before issue 40: never)
+        airflow.set_capacity(east, "NVIDIA_TESLA_A100", spot=8)
+
+    helper = threading.Thread(target=pause_the_first_then_free_the_second, daemon=True)
+    helper.start()
+    with DAG("paused_member", schedule=None, start_date=START) as dag:
+        _operator(plan=[{"race": [{"strategy": "SPOT"}, {"strategy": "SPOT", "locations": [east]}]}])
+    result = run_dag(dag, logical_date=START)
+    helper.join()
+    assert result.state == "success", result.tasks
+    attempts = result["train"].return_value["attempts"]
+    assert [(a["location"], a.get("race")) for a in attempts] == [(LOCATION, "lost"), (east, "won")]
+    assert "JOB_STATE_PAUSED" in str(attempts[0]["error"])  # cancelled for its PAUSED, not as the race's loser
+    assert [j["state"] for j in every_custom_job(airflow)] == ["JOB_STATE_CANCELLED"]
