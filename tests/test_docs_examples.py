@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,15 +118,36 @@ def _port_free(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
+def _hold_port_8765(request) -> None:
+    """An exclusive lock for the test's life: two runs of the README's commands at once (two
+    checkouts on one machine) would both start their emulator on 8765, and one would talk to the
+    other's. Waits for the other run (bounded: a hang guard)."""
+    import fcntl
+    import time
+
+    handle = open(Path(tempfile.gettempdir()) / "airflow-gpu-sched-docs-8765.lock", "w")
+    request.addfinalizer(handle.close)  # closing releases it
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            assert time.monotonic() < deadline, "another run held port 8765's lock for 15 minutes"
+            time.sleep(0.5)
+
+
 SCRIPT_PAGES = sorted({b.page for b in blocks() if b.not_run is None and _runnable(b)})
 
 
 @pytest.mark.parametrize("page", SCRIPT_PAGES, ids=[p.name for p in SCRIPT_PAGES])
-def test_the_commands_of_a_page_run_as_written(airflow_db, fast_emulator, tmp_path, page):
+def test_the_commands_of_a_page_run_as_written(airflow_db, fast_emulator, tmp_path, page, request):
     _dag_files(tmp_path)
     script = "\n".join(command for b in blocks() if b.page == page and b.not_run is None and _runnable(b)
                        for command in b.commands())
-    if "airflow-gpu-sched emulator" in script:  # the page starts its own, on the port it says
+    own_emulator = "airflow-gpu-sched emulator" in script  # the page starts its own, on the port it says
+    if own_emulator:
+        _hold_port_8765(request)  # one run at a time on this machine (other checkouts run this test too)
         assert _port_free(8765), "port 8765 is taken: the README's emulator cannot start there"
     connection = {"conn_type": "google_cloud_platform", "extra": {"project": "my-project",
                                                                   "api_endpoint": fast_emulator.url}}
