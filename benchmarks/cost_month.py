@@ -36,9 +36,17 @@ the nights that finished before their deadline. A missed night is a failed night
 the plain total flatters a policy that gives up (the fixed plan's misses cost nothing because they
 never ran).
 
+(e) the hindsight oracle (:func:`oracle`, model mode only): it knows each night's draws in advance
+and takes the cheapest run that finishes in time (else the cheapest that finishes: a miss) among
+every strategy, region and wait the policies can take. It is the lower bound: each policy's
+``cost_per_night_in_time_to_oracle``, ``misses_over_oracle``, ``same_nights_cost_to_oracle`` (its
+spend on the nights it finished in time over the oracle's on those nights) and
+``nights_beating_oracle`` (0 unless the oracle is wrong: checked night by night).
+
 ``--service emulator``: the same month with the emulator as the service (:class:`EmulatorService`:
 real creates through the product's client, in emulated time the benchmark advances); it differs
 from the model only where the emulator's preempted job resumes from its progress (docs/cost.md).
+It has no oracle column: the oracle reads the model's draws and charges the model's preemptions.
 
     python benchmarks/cost_month.py [--seed N] [--nights 30] [--service model|emulator] [--json]
 """
