@@ -36,9 +36,17 @@ the nights that finished before their deadline. A missed night is a failed night
 the plain total flatters a policy that gives up (the fixed plan's misses cost nothing because they
 never ran).
 
+(e) the hindsight oracle (:func:`oracle`, model mode only): it knows each night's draws in advance
+and takes the cheapest run that finishes in time (else the cheapest that finishes: a miss) among
+every strategy, region and wait the policies can take. It is the lower bound: each policy's
+``cost_per_night_in_time_to_oracle``, ``misses_over_oracle``, ``same_nights_cost_to_oracle`` (its
+spend on the nights it finished in time over the oracle's on those nights) and
+``nights_beating_oracle`` (0 unless the oracle is wrong: checked night by night).
+
 ``--service emulator``: the same month with the emulator as the service (:class:`EmulatorService`:
 real creates through the product's client, in emulated time the benchmark advances); it differs
 from the model only where the emulator's preempted job resumes from its progress (docs/cost.md).
+It has no oracle column: the oracle reads the model's draws and charges the model's preemptions.
 
     python benchmarks/cost_month.py [--seed N] [--nights 30] [--service model|emulator] [--json]
 """
@@ -361,62 +369,119 @@ def race(sky: Night, service) -> Outcome:
     return out
 
 
+# Every (strategy, region) a policy can submit (the plan's positions; the race's members are among them),
+# each with the longest wait any policy gives it: the plan's bound, clipped by the deadline's rule.
+ORACLE_CHOICES = [(s, r, min(FLEX_WAIT_MIN if s == "FLEX_START" else SPOT_BOUND_MIN if s == "SPOT" else math.inf,
+                             DEADLINE_MIN - RUN_MIN))
+                  for s, regions in PLAN for r in regions]
+
+
+def oracle(sky: Night) -> Outcome:
+    """The hindsight oracle: it knows the night (every arrival, preemption and price) and takes the
+    cheapest way to finish before the deadline, else the cheapest way to finish at all (a miss).
+    The lower bound of every other column.
+
+    Why one submit at minute 0 per choice covers every order, wait and race the policies can take:
+    in the model a job gets its GPUs ``arrival`` minutes after its submit whenever it is submitted,
+    a try that never got GPUs costs nothing (a FLEX_START wait expires, a queued SPOT job is
+    cancelled unbilled) and a race's losers never run, so any policy's night is one run of one
+    (strategy, region) within its bound, and submitting it first ends no later at the same cost."""
+    model, best = ModelService(), None
+    model.begin(sky)
+    for strategy, region, bound in ORACLE_CHOICES:
+        got = model.submit(strategy, region, 0.0, bound)
+        if got is None:
+            continue
+        trial = Outcome(created=1)
+        train(trial, sky, model, strategy, region, got, 0.0, 0.0)
+        # in time first, then the cheapest; ties: the plan's order (deterministic)
+        if best is None or (trial.missed, trial.cost) < (best.missed, best.cost):
+            best = trial
+    if best is None:  # nothing can run tonight: not in this model (STANDARD always comes), kept total
+        best = Outcome(missed=True)
+    return best
+
+
 def month(seed: int, nights: int, service=None) -> dict:
     service = service or ModelService()
     rng = random.Random(seed)
     skies = [night(rng, n, nights) for n in range(nights)]
-    results = {}
-    for policy in POLICIES:
-        history: list[dict] = []
-        outs = []
-        for n, sky in enumerate(skies):
-            when = START + timedelta(days=n)
-            orders, waits, preemptions = list(PLAN), {}, None
-            if policy == "observed":
-                orders = [(s, observed.order(regions, GPU, history, when)[0]) for s, regions in PLAN]
-            elif policy == "cost":
-                fallback = price_of(sky.prices, GPU, PLAN[-1][0], PLAN[-1][1][0])  # the last resort's, as the operator
-                orders = [(s, cheapest_order(regions, {r: price_of(sky.prices, GPU, s, r) for r in regions},
-                                             history_stats(regions, GPU, history, when, s), RUN_MIN * 60,
-                                             DEADLINE_MIN * 60, None if s == PLAN[-1][0] else fallback)[0])
-                          for s, regions in PLAN]
-                learned = {r: learned_wait(history, r, GPU, when, timedelta(minutes=FLEX_WAIT_MIN)).wait.total_seconds()
-                           for r in PLAN[0][1]}
-                # the plan's slack shared as the operator does (region_order._waits): the positions before the last step
-                tried = [(learned[r], True) for r in orders[0][1]] + [(SPOT_BOUND_MIN * 60, False)] * len(PLAN[1][1])
-                slack = (DEADLINE_MIN - RUN_MIN) * 60 - reserve_of(history, C1, GPU, "STANDARD", when).total_seconds()
-                shared = share_slack(tried, slack)
-                waits = {r: w / 60 for r, w in zip(orders[0][1], shared)}
-                preemptions = spot_preemptions(PLAN[1][1], GPU, history, when)
-            service.begin(sky)
-            out = race(sky, service) if policy == "race" else sequential(sky, service, orders, waits, preemptions)
-            counted = service.counts()
-            if counted is not None:  # the emulator's own records
-                out.created, out.cancelled = counted
-            outs.append(out)
-            for strategy, region, ran, minutes, p in out.attempts:  # what the operator records, per attempt
-                entry = observed.observation({"location": region, "accelerator_type": GPU, "strategy": strategy,
-                                              "running_since": "x" if ran else None, "queued_seconds": minutes * 60,
-                                              "outcome": None if ran else "capacity_timeout"}, p, when)
-                if entry is not None:
-                    history = observed.add(history, entry, when + timedelta(hours=8))
-        ran = [o.to_running for o in outs if o.to_running is not None]
-        results[policy] = {"cost": round(sum(o.cost for o in outs), 1), "gpu_hours": round(sum(o.gpu_hours for o in outs), 1),
-                           "deadline_misses": sum(o.missed for o in outs),
-                           # every dollar spent (a missed night's too: a failed night is no saving) per night
-                           # that finished before its deadline: the headline, what a finished night costs
-                           "cost_per_night_in_time": round(sum(o.cost for o in outs)
-                                                           / max(1, sum(not o.missed for o in outs)), 1),
-                           "mean_to_running_min": round(sum(ran) / len(ran), 1) if ran else None,
-                           "jobs_created": sum(o.created for o in outs), "jobs_cancelled": sum(o.cancelled for o in outs)}
+    outcomes = {policy: policy_month(policy, skies, service) for policy in POLICIES}
+    if service.name == "model":  # the oracle reads the model's draws; the emulator's runs differ (resumes)
+        outcomes["oracle"] = [oracle(sky) for sky in skies]
+    results = {policy: summary(outs) for policy, outs in outcomes.items()}
     base = results["fixed"]
-    for policy in POLICIES:
-        r = results[policy]
+    for policy, r in results.items():
         r["cost_ratio"] = round(r["cost"] / base["cost"], 3)
         r["gpu_hours_ratio"] = round(r["gpu_hours"] / base["gpu_hours"], 3)
         r["cost_per_night_in_time_ratio"] = round(r["cost_per_night_in_time"] / base["cost_per_night_in_time"], 3)
         r["to_running_ratio"] = round((r["mean_to_running_min"] or 0) / max(base["mean_to_running_min"] or 0, 1e-9), 3)
+        if "oracle" in outcomes:
+            r.update(to_oracle(outcomes[policy], outcomes["oracle"], r, results["oracle"]))
     return results
+
+
+def policy_month(policy: str, skies: list[Night], service) -> list[Outcome]:
+    """The policy's nights in order, each decided on the history of the nights before it."""
+    history: list[dict] = []
+    outs = []
+    for n, sky in enumerate(skies):
+        when = START + timedelta(days=n)
+        orders, waits, preemptions = list(PLAN), {}, None
+        if policy == "observed":
+            orders = [(s, observed.order(regions, GPU, history, when)[0]) for s, regions in PLAN]
+        elif policy == "cost":
+            fallback = price_of(sky.prices, GPU, PLAN[-1][0], PLAN[-1][1][0])  # the last resort's, as the operator
+            orders = [(s, cheapest_order(regions, {r: price_of(sky.prices, GPU, s, r) for r in regions},
+                                         history_stats(regions, GPU, history, when, s), RUN_MIN * 60,
+                                         DEADLINE_MIN * 60, None if s == PLAN[-1][0] else fallback)[0])
+                      for s, regions in PLAN]
+            learned = {r: learned_wait(history, r, GPU, when, timedelta(minutes=FLEX_WAIT_MIN)).wait.total_seconds()
+                       for r in PLAN[0][1]}
+            # the plan's slack shared as the operator does (region_order._waits): the positions before the last step
+            tried = [(learned[r], True) for r in orders[0][1]] + [(SPOT_BOUND_MIN * 60, False)] * len(PLAN[1][1])
+            slack = (DEADLINE_MIN - RUN_MIN) * 60 - reserve_of(history, C1, GPU, "STANDARD", when).total_seconds()
+            shared = share_slack(tried, slack)
+            waits = {r: w / 60 for r, w in zip(orders[0][1], shared)}
+            preemptions = spot_preemptions(PLAN[1][1], GPU, history, when)
+        service.begin(sky)
+        out = race(sky, service) if policy == "race" else sequential(sky, service, orders, waits, preemptions)
+        counted = service.counts()
+        if counted is not None:  # the emulator's own records
+            out.created, out.cancelled = counted
+        outs.append(out)
+        for strategy, region, ran, minutes, p in out.attempts:  # what the operator records, per attempt
+            entry = observed.observation({"location": region, "accelerator_type": GPU, "strategy": strategy,
+                                          "running_since": "x" if ran else None, "queued_seconds": minutes * 60,
+                                          "outcome": None if ran else "capacity_timeout"}, p, when)
+            if entry is not None:
+                history = observed.add(history, entry, when + timedelta(hours=8))
+    return outs
+
+
+def summary(outs: list[Outcome]) -> dict:
+    ran = [o.to_running for o in outs if o.to_running is not None]
+    return {"cost": round(sum(o.cost for o in outs), 1), "gpu_hours": round(sum(o.gpu_hours for o in outs), 1),
+            "deadline_misses": sum(o.missed for o in outs),
+            # every dollar spent (a missed night's too: a failed night is no saving) per night
+            # that finished before its deadline: the headline, what a finished night costs
+            "cost_per_night_in_time": round(sum(o.cost for o in outs) / max(1, sum(not o.missed for o in outs)), 1),
+            "mean_to_running_min": round(sum(ran) / len(ran), 1) if ran else None,
+            "jobs_created": sum(o.created for o in outs), "jobs_cancelled": sum(o.cancelled for o in outs)}
+
+
+def to_oracle(outs: list[Outcome], best: list[Outcome], r: dict, oracle_r: dict) -> dict:
+    """A policy against the oracle: its headline's ratio, the deadlines it misses that the oracle
+    makes, what it spends on the nights it finished in time over what the oracle spends on the
+    same nights (>= 1 if the oracle is right: it finishes each of them at least as cheaply), and
+    the nights it beat the oracle (finished in time where the oracle missed, or cheaper; 0 if the
+    oracle is right: the check of the lower bound, night by night)."""
+    kept = [(o.cost, b.cost) for o, b in zip(outs, best) if not o.missed]
+    beaten = sum(not o.missed and (b.missed or o.cost < b.cost - 1e-9) for o, b in zip(outs, best))
+    return {"cost_per_night_in_time_to_oracle": round(r["cost_per_night_in_time"] / oracle_r["cost_per_night_in_time"], 3),
+            "misses_over_oracle": r["deadline_misses"] - oracle_r["deadline_misses"],
+            "same_nights_cost_to_oracle": round(sum(c for c, _ in kept) / max(sum(b for _, b in kept), 1e-9), 3),
+            "nights_beating_oracle": beaten}
 
 
 def main() -> None:
@@ -435,13 +500,17 @@ def main() -> None:
             results = month(args.seed, args.nights, EmulatorService(server.url))
     else:
         results = month(args.seed, args.nights)
-    keys = ("cost_per_night_in_time", "cost_per_night_in_time_ratio", "deadline_misses", "cost", "cost_ratio",
+    keys = ("cost_per_night_in_time", "cost_per_night_in_time_ratio", "cost_per_night_in_time_to_oracle",
+            "same_nights_cost_to_oracle", "nights_beating_oracle", "deadline_misses", "misses_over_oracle", "cost", "cost_ratio",
             "gpu_hours", "gpu_hours_ratio", "mean_to_running_min",
             "to_running_ratio", "jobs_created", "jobs_cancelled")
-    print(f"{args.nights} nights, seed {args.seed}, service: {args.service} ({time.monotonic() - started:.1f}s)")
-    print(f"{'':22}" + "".join(f"{p:>12}" for p in POLICIES))
+    shown = list(results)  # the policies, then the oracle (model only)
+    print(f"{args.nights} nights, seed {args.seed}, service: {args.service} ({time.monotonic() - started:.1f}s)"
+          + ("" if "oracle" in results else "; oracle: model only"))
+    print(f"{'':34}" + "".join(f"{p:>10}" for p in shown))
     for key in keys:
-        print(f"{key:22}" + "".join(f"{str(results[p][key]):>12}" for p in POLICIES))
+        if key in results["fixed"]:
+            print(f"{key:34}" + "".join(f"{str(results[p][key]):>10}" for p in shown))
     if args.json:
         print(json.dumps(results))
 
