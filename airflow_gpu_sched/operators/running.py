@@ -7,12 +7,14 @@ May import: nothing of this package; airflow.
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
+LOOP_CLOSE_SECONDS = 10.0  # for the worker's trigger loop to end its tasks after the first event
 AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reconciled by label, before failing
 
 
@@ -25,14 +27,47 @@ def try_number(context: Any) -> int | None:
 
 
 def first_event(trigger: BaseTrigger) -> dict[str, Any]:
-    """Run a trigger's loop in this process until its first event (``deferrable=False``)."""
+    """Run a trigger's loop in this process until its first event (``deferrable=False``).
+
+    The loop runs in a thread of its own and this (the main) thread only waits for its result:
+    Airflow raises ``execution_timeout``'s AirflowTaskTimeout (SIGALRM) and a kill's exception from
+    a signal handler in the main thread, and in a loop running here that exception could land
+    inside one of the loop's tasks (the shared poller, a log tail), which keeps it as its result:
+    the wait went on after the timeout, the job with it. Waiting on a lock, it lands here."""
 
     async def _first() -> dict[str, Any]:
         async for event in trigger.run():
             return event.payload
         raise RuntimeError(f"{trigger!r} ended without an event")
 
-    return asyncio.run(_first())
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="gpu-sched-trigger-loop", daemon=True)
+    thread.start()
+    try:
+        return asyncio.run_coroutine_threadsafe(_first(), loop).result()
+    finally:
+        _close_loop(loop, thread)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """What ``asyncio.run`` does at its end (cancel the tasks left, wait for them), in the loop's
+    thread, bounded: a task that ignores its cancel does not keep the task process alive."""
+
+    async def _cancel_the_rest() -> None:
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+        await loop.shutdown_asyncgens()
+
+    try:
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(timeout=LOOP_CLOSE_SECONDS)
+    except Exception:  # noqa: BLE001 (a task that would not end: the daemon thread goes with the process)
+        pass
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=LOOP_CLOSE_SECONDS)
+    if not thread.is_alive():
+        loop.close()
 
 
 def deadline(op: Any, context: Any, ledger: Any) -> datetime | None:
