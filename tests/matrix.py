@@ -94,7 +94,10 @@ def install_line(constraints: str, python: str) -> list[str]:
     the extra's packages one by one, less those of :data:`NEEDS_311`)."""
     if python != "3.10":
         return ["-c", constraints, "-e", f"{REPO}[test]"]
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: its backport, which pip and pytest bring
+        import tomli as tomllib
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     return ["-c", constraints, "-e", str(REPO), *(r for r in extra if not r.startswith(NEEDS_311))]
