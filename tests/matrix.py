@@ -43,6 +43,7 @@ SLICE = [
     "tests/test_on_kill_cancel.py",
     "tests/test_reaper.py",
     "tests/test_plan_engine.py",
+    "tests/test_outcomes.py",
     "tests/test_client_core.py",
     "tests/test_job_secrets.py",
     "tests/test_job_logs.py",
