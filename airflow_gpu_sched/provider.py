@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, distribution
 
-from airflow_gpu_sched import __version__
+from airflow_gpu_sched import __version__, docs_page
 from airflow_gpu_sched.hooks.connection_form import GOOGLE_PROVIDER, connection_types
 from airflow_gpu_sched.orchestration import failure_patterns
 from airflow_gpu_sched.vertex import console
@@ -61,7 +61,7 @@ def config() -> dict:
         }, "deployment_id": {
             "description": "This Airflow deployment's id, set as the label airflow-deployment on every job "
                            "it submits: the reaper and jobs orphans act only on jobs with their own "
-                           "deployment's id (docs/reaper.md), so two deployments sharing a Google Cloud "
+                           "deployment's id (" + docs_page("reaper") + "), so two deployments sharing a Google Cloud "
                            "project never cancel each other's jobs. Lowercase letters, digits, - and "
                            "underscore, at most 63 characters; the same in every component (scheduler, "
                            "workers, triggerers). Empty: the Airflow Variable airflow_gpu_sched_deployment_id, "
@@ -72,7 +72,7 @@ def config() -> dict:
             "example": "prod-eu",
             "default": "",
         }, "reaper_interval": {
-            "description": "Seconds between two passes of the triggerer's reaper (docs/reaper.md): each "
+            "description": "Seconds between two passes of the triggerer's reaper (" + docs_page("reaper") + "): each "
                            "shared poller lists this package's active jobs of its region and cancels those "
                            "no live task try owns. 0 turns the reaper off.",
             "version_added": "0.2.0",

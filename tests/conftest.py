@@ -129,10 +129,13 @@ VARIANTS = {
     "flex-expiry-cancelled": {"flexStartExpiry": "cancelled"},
     "timeout-cancelled": {"timeoutOutcome": "cancelled"},
     "start-time-first-running": {"startTime": "first_running"},  # the old behaviour stays covered
+    "pipeline-running-when-its-job-runs": {"pipelineRunning": "job_running"},  # the old default (issue 40)
+    "tuning-running-when-a-trial-is-created": {"tuningRunning": "trial_created"},
     "all-alternatives": {"spotRestarts": "invisible", "errorDetails": "message_only",
                          "flexStartExpiry": "cancelled", "flexStartWaitingState": "JOB_STATE_PENDING",
                          "reservationFull": "failed", "timeoutOutcome": "cancelled", "listPages": "short",
-                         "cancelOutcome": "succeeded", "cancelEnded": "noop"},
+                         "cancelOutcome": "succeeded", "cancelEnded": "noop", "pipelineRunning": "job_running",
+                         "tuningRunning": "trial_created"},
 }
 # EMULATOR_VARIANTS='{"cancelOutcome": "succeeded"}' pytest tests/test_races.py runs a whole file with
 # these variants merged into every reset of the emulator (the variants win over the test's own).

@@ -68,6 +68,44 @@ def test_a_night_that_waited_30_minutes_reports_30_minutes_queued_and_no_gpu_hou
     assert training["times"]["exact"] is times["exact"] and training["times"]["bound_seconds"] >= 0
 
 
+@pytest.mark.parametrize("running", ["job_created", "job_running"])
+def test_a_pipeline_night_that_waited_30_minutes_reports_them_queued_whenever_the_pipeline_said_running(
+        airflow, running):
+    """Issue 40: a pipeline says RUNNING as soon as its backing job exists (job_created, observed):
+    its queued and run seconds and GPU-hours read the backing job's RUNNING, not the pipeline's."""
+    from airflow.sdk import DAG
+
+    airflow.reset({**FAST, "speed": 1000, "variants": {"pipelineRunning": running}})
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+
+    def gpus_30_minutes_after_the_create():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/trainingPipelines",
+                                 timeout=5).json().get("trainingPipelines", [])
+            if found:
+                created = datetime.fromisoformat(found[0]["createTime"].replace("Z", "+00:00"))
+                now = datetime.fromisoformat(airflow._call("GET", "clock")["now"])
+                airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=8,
+                                     at_seconds=max(0.0, 1800 - (now - created).total_seconds()))
+                return
+            time.sleep(0.005)
+
+    helper = threading.Thread(target=gpus_30_minutes_after_the_create, daemon=True)
+    helper.start()
+    with DAG(f"pipeline_night_{running}", schedule=None, start_date=START) as dag:
+        _operator(plan=[{"strategy": "FLEX_START", "max_wait_duration": "2h"}], env={"EMULATOR_RUN_SECONDS": "600"},
+                  job_type="training_pipeline", model_display_name="nightly-model",
+                  model_serving_image_uri="us-docker.pkg.dev/vertex-ai/prediction/pytorch-cpu.2-4:latest")
+    result = run_dag(dag, logical_date=START)
+    helper.join()
+    assert result.state == "success", result.tasks
+    training = result["train"].return_value
+    assert 1800 <= training["queued_seconds"] <= 1800 + 10 + 60  # the wait, provisioning, a poll's bound
+    assert 540 <= training["run_seconds"] <= 600 + 60  # the run (and the model's registration) only
+    assert training["gpu_hours"] == pytest.approx(600 / 3600, abs=0.03)  # not 40 min of GPU time
+
+
 def test_a_plan_whose_flex_start_step_google_ends_cancelled_moves_on(airflow):
     from airflow.sdk import DAG
 

@@ -111,6 +111,11 @@ def test_the_main_job_runs_nightly_retraining_through_airflow_dags_test(tmp_path
     assert "nightly_retraining jobs: QUEUED: 1" in out  # it waited for the FLEX_START capacity
     assert "spot_training jobs: FAILED: 1, SUCCEEDED: 1" in out  # stocked out once, resubmitted, succeeded
     assert "the SPOT training script resumed" in out and "nightly_retraining succeeded" in out
+    # the summary names every DAG it ran and its result (issue 41: its last line named 4 of 7)
+    assert "the demo ran 7 example DAGs in " in out and "all succeeded" in out
+    for dag_id in ("nightly_retraining", "spot_training", "persistent_resource_training", "nightly_retraining_tuned",
+                   "nightly_deploy", "race_training", "race_training_sequential"):
+        assert f"\n  {dag_id} succeeded\n" in out, dag_id
     assert "registered model nightly-model: projects/demo-project/locations/us-central1/models/" in out
     assert "nightly_deploy read the model event: projects/demo-project/locations/us-central1/models/" in out
     assert (tmp_path / ".demo" / "timeline.svg").read_text().startswith("<svg")

@@ -91,12 +91,16 @@ def test_printable_escapes_c0_del_c1_and_bidi_overrides_and_keeps_the_rest():
 
 
 def test_table_and_plain_print_no_control_character_from_the_endpoint(airflow_db, hostile, capsys):
-    for fmt in ("table", "plain"):
-        code, out, _ = _list(capsys, hostile, "-o", fmt)
+    for fmt in (["table", "--wide"], ["plain"]):  # every column in full
+        code, out, _ = _list(capsys, hostile, "-o", *fmt)
         assert code == 0
         assert not any(c in out for c in RAW), (fmt, out)
         assert len(out.splitlines()) == 2, out  # the header and one row: no forged line
         assert "\\x1b]8;;https://evil.example/\\x07click" in out and "\\x0dFORGED\\x0arow\\x9b31m\\u202eedoc" in out
+    code, out, _ = _list(capsys, hostile, "-o", "table")  # the narrow table: escaped first, then cut
+    assert code == 0 and not any(c in out for c in RAW), out
+    assert len(out.splitlines()) == 2 and max(len(line) for line in out.splitlines()) <= 120, out
+    assert "\\x1b" in out.splitlines()[1] or "\\x0d" in out.splitlines()[1], out
     code, out, _ = _list(capsys, hostile, "-o", "json")
     [row] = json.loads(out)
     assert code == 0 and row["dag"] == HOSTILE and "\x1b" not in out  # JSON escapes them itself, the value intact

@@ -98,10 +98,16 @@ def test_jobs_list_shows_dag_task_try_strategy_and_state_from_labels_and_spec(ai
     assert row["run"] == result.run_id.lower().replace(":", "-").replace("+", "-").replace(".", "-")
     assert row["created"] and row["ended"] and row["job_type"] == "custom_job"
 
-    code, out, _ = cli(capsys, "jobs", "list", *WHERE)
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--wide")  # every column
     header, line = out.splitlines()
     assert header.split()[:6] == ["DAG", "TASK", "MAP_INDEX", "TRY_NUMBER", "STRATEGY", "STATE"]
     assert line.split()[:6] == ["cli_listed", "train-big", "-", "1", "FLEX_START", "JOB_STATE_SUCCEEDED"]
+
+    code, out, _ = cli(capsys, "jobs", "list", *WHERE)  # for a terminal: 120 columns (tests/test_cli_table.py)
+    header, line = out.splitlines()
+    assert header.split() == ["DAG", "TASK", "TRY", "STRATEGY", "STATE", "CREATED", "JOB"]
+    assert line.split()[:5] == ["cli_listed", "train-big", "1", "FLEX_START", "SUCCEEDED"]
+    assert line.split()[-1] == row["name"].rsplit("/", 1)[-1]
 
     code, out, _ = cli(capsys, "jobs", "list", *WHERE, "--job-type", "training_pipeline")
     assert code == 0 and out.strip() == "(none)"

@@ -650,3 +650,50 @@ def test_gpu_quota_metric_flag_form():
         "aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_h100_gpus"
     assert catalog.gpu_quota_metric(catalog.A.NVIDIA_TESLA_A100, preemptible=False) == \
         catalog.quota_metric("NVIDIA_TESLA_A100", "STANDARD")
+
+
+# ---------------------------------------------------------------------------- issue 40: when an owner says RUNNING
+
+
+def test_a_tuning_job_is_running_when_its_first_trial_is_created_under_trial_created(vertex, emulator):
+    emulator.reset({"seed": 7, "speed": STILL, "variants": {"tuningRunning": "trial_created"}})
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", standard=0)  # no trial's job can run
+    name = vertex.create_tuning(tuning(max_trials=2, parallel=1))["name"]
+    emulator.advance(40)
+    running = vertex.tuning(name)
+    assert running["state"] == "JOB_STATE_RUNNING" and [t["id"] for t in running["trials"]] == ["1"]
+    assert vertex.job(running["trials"][0]["customJob"])["state"] == "JOB_STATE_QUEUED"
+    vertex.call("hyperparameterTuningJobs.cancel", "POST", f"{name}:cancel", json={})
+    emulator.advance(5)
+    assert vertex.tuning(name)["state"] == "JOB_STATE_CANCELLED"  # no trial ran: CANCELLED, whatever cancelOutcome
+
+
+def test_a_pipeline_answers_pending_with_its_backing_job_then_runs_while_the_job_waits(vertex, emulator):
+    emulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    created = vertex.create_pipeline(pipeline("FLEX_START"))
+    job = created["trainingTaskMetadata"]["backingCustomJob"]  # named in the create's answer (Google's example)
+    assert created["state"] == "PIPELINE_STATE_PENDING"
+    emulator.advance(2)  # queueSeconds
+    assert vertex.pipeline(created["name"])["state"] == "PIPELINE_STATE_RUNNING"
+    assert vertex.job(job)["state"] == "JOB_STATE_QUEUED"  # observed: the job still has no GPUs
+
+
+@pytest.mark.parametrize("state", ["JOB_STATE_PAUSED", "JOB_STATE_UPDATING", "JOB_STATE_HIBERNATING"])
+def test_set_state_holds_a_job_in_a_state_until_it_is_cancelled(vertex, emulator, state):
+    created = vertex.call("customJobs.create", "POST", f"{PARENT}/customJobs", json={
+        "displayName": "held", "jobSpec": job_spec()})
+    held = emulator.set_resource_state(created["name"], state)
+    assert held["state"] == state
+    emulator.advance(3600)  # nothing moves it on (read raw: Google's schema has no state it does not know)
+    assert requests.get(f"{emulator.url}/v1/{created['name']}", timeout=5).json()["state"] == state
+    vertex.call("customJobs.cancel", "POST", f"{created['name']}:cancel", json={})
+    emulator.advance(5)
+    assert vertex.job(created["name"])["state"] == "JOB_STATE_CANCELLED"
+
+
+@pytest.mark.parametrize("state", ["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED", "PAUSED", ""])
+def test_set_state_refuses_the_emulators_own_and_terminal_states(vertex, emulator, state):
+    created = vertex.call("customJobs.create", "POST", f"{PARENT}/customJobs", json={
+        "displayName": "held", "jobSpec": job_spec()})
+    with pytest.raises(RuntimeError, match="400"):
+        emulator.set_resource_state(created["name"], state)

@@ -1,6 +1,6 @@
 """The connection types this package registers and their form in the Airflow UI, as data.
 
-Decision (README, "Pointing it at real Vertex AI"): our own type ``vertex_gpu_sched`` is always
+Decision (docs/guide.md, "Pointing it at real Vertex AI"): our own type ``vertex_gpu_sched`` is always
 registered; ``google_cloud_platform`` (what the operators' default ``google_cloud_default`` is)
 is registered by us only when the Google provider is not installed. Airflow's providers manager
 sorts providers by package name and the first registration of a type wins, so "airflow-gpu-sched"

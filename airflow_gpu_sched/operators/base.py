@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_gpu_sched import compat
-from airflow_gpu_sched.operators import events, lineage, region_order, run, running, waits
+from airflow_gpu_sched.operators import events, lineage, links, region_order, run, running, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
@@ -226,34 +226,45 @@ class VertexTrainingOperator(BaseOperator):
         from airflow_gpu_sched.operators import race, reattach
 
         self.execution_deadline = running.execution_deadline(self, context)
+        links.start_try(self)
         self.validated_job(context)  # bad input fails here, before any API call
         with run.vertex_reachable():
             ledger = self._ledger_of(context)
             if not ledger.durable:  # Airflow 3.1/3.2: a retry finds its earlier try's job by its labels
                 reattach.adopt_earlier_job(self, context, ledger)
             started = events.try_started(self, context, ledger, race.found_members(self, ledger))
-            return run.run(self, context, ledger, *started)
+            return self._returned(run.run(self, context, ledger, *started))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        self.execution_deadline = running.execution_deadline(self, context)
         """Back from the triggerer with the job's event: the loop goes on from there."""
+        self.execution_deadline = running.execution_deadline(self, context)
+        links.start_try(self, resumed_with_job=True)
         with run.vertex_reachable():
-            return run.run(self, context, self._ledger_of(context), *events.job_event(self, context, event))
+            return self._returned(run.run(self, context, self._ledger_of(context),
+                                          *events.job_event(self, context, event)))
 
     def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
-        self.execution_deadline = running.execution_deadline(self, context)
         """Back from the triggerer with a race's event (operators/race.py)."""
+        self.execution_deadline = running.execution_deadline(self, context)
         from airflow_gpu_sched.operators import race
 
+        links.start_try(self, resumed_with_job=True)
         with run.vertex_reachable():
             self.run_ledger = ledger = self._ledger_of(context)
-            return run.run(self, context, ledger, *race.race_event(self, context, event))
+            return self._returned(run.run(self, context, ledger, *race.race_event(self, context, event)))
 
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
-        self.execution_deadline = running.execution_deadline(self, context)
         """Back from the triggerer with the persistent resource's event."""
+        self.execution_deadline = running.execution_deadline(self, context)
+        links.start_try(self)  # the pool's wait comes before the job: no links yet
         with run.vertex_reachable():
-            return run.run(self, context, self._ledger_of(context), events.capacity_event(event))
+            return self._returned(run.run(self, context, self._ledger_of(context), events.capacity_event(event)))
+
+    def _returned(self, result: Any) -> Any:
+        """The result Airflow pushes as ``return_value`` when execute returns (the model link reads it)."""
+        if result is not None:
+            links.wrote(self, "return_value")
+        return result
 
     def _ledger_of(self, context: Context) -> SubmissionLedger:  # with this run's region order
         ledger = SubmissionLedger.from_context(context, events.first_try(self, context))

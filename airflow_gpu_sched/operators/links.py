@@ -63,10 +63,41 @@ def model_url(model_name: str, version: str | None = None) -> str:
             f"{version or 'default'}/properties?project={project}")
 
 
-def _xcom(key: str, ti_key: Any) -> Any:
+def _xcom(key: str, ti_key: Any, operator: Any = None) -> Any:
+    if absent(operator, key):  # no read of what is not there: Airflow logs each miss as an [error]
+        return None
     from airflow.sdk.execution_time.xcom import XCom
 
     return XCom.get_value(key=key, ti_key=ti_key)
+
+
+# What the running try wrote, known only in the worker that runs it. Airflow asks every extra
+# link for its URL at the end of each try (its finalize), the end of a deferring one included,
+# and logs each XCom not found as an [error] line: in a green `airflow dags test` (no return
+# value yet when the task defers) and beside a failed task's real error (no job, so no links)
+# (issue 41). ``return_value`` is written by the process whose execute returns, the one that
+# runs that finalize; ``console_links`` when the try's job is created, before it defers, so a
+# try resumed with its job's event has it too. Elsewhere (the API server, a copy of the
+# operator without the mark) nothing is known and the link reads the XCom.
+XCOMS_MARK = "_gpu_sched_xcoms"
+
+
+def start_try(operator: Any, resumed_with_job: bool = False) -> None:
+    """An entry point of the operator starts: nothing of this try is written yet but the links of
+    a job created before it deferred."""
+    setattr(operator, XCOMS_MARK, {LINKS_KEY} if resumed_with_job else set())
+
+
+def wrote(operator: Any, key: str) -> None:
+    known = getattr(operator, XCOMS_MARK, None)
+    if isinstance(known, set):
+        known.add(key)
+
+
+def absent(operator: Any, key: str) -> bool:
+    """True only where it is known that this try has not written ``key``."""
+    known = getattr(operator, XCOMS_MARK, None)
+    return isinstance(known, set) and key not in known
 
 
 def checked(url: Any) -> str:
@@ -84,7 +115,7 @@ class ConsoleLink(BaseOperatorLink):
     key = ""
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        links = _xcom(LINKS_KEY, ti_key)
+        links = _xcom(LINKS_KEY, ti_key, operator)
         return checked(links.get(self.key)) if isinstance(links, dict) else ""
 
 
@@ -118,7 +149,7 @@ class VertexModelLink(BaseOperatorLink):
     name = "Vertex AI Model"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        result = _xcom("return_value", ti_key)
+        result = _xcom("return_value", ti_key, operator)
         if not isinstance(result, dict) or not isinstance(result.get("model_name"), str):
             return ""
         try:

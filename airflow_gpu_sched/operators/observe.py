@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_gpu_sched.operators import region_order
-from airflow_gpu_sched.operators.links import LINKS_KEY, console_links
+from airflow_gpu_sched.operators.links import LINKS_KEY, console_links, wrote
 from airflow_gpu_sched.orchestration import signals
 
 CONSOLE_URL_KEY = "console_url"
@@ -41,6 +41,7 @@ def job_created(context: Any, job_name: str, resource_id: str | None = None) -> 
     ti.xcom_push(key=JOB_NAME_KEY, value=job_name)
     ti.xcom_push(key=CONSOLE_URL_KEY, value=console_url(job_name))
     ti.xcom_push(key=LINKS_KEY, value=console_links(job_name, resource_id))
+    wrote(context.get("task"), LINKS_KEY)  # the extra links may read it at this try's end
 
 
 def summary(op: Any, ledger: Any, outputs: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -37,5 +37,6 @@ def get_cli_commands() -> list:
                                  args=[Arg(flags, **options) for flags, options in arguments])
                    for name, (func, help_text, arguments) in commands.items()]
         groups.append(GroupCommand(name=group, help=group_help, subcommands=actions))
-    return [GroupCommand(name="gpu-sched", help="airflow-gpu-sched: Vertex AI training jobs, plans and quotas",
+    return [GroupCommand(name="gpu-sched", help="list and clean up Vertex AI training jobs, check plans and GPU quotas "
+                                                    "(airflow-gpu-sched)",
                          subcommands=groups)]

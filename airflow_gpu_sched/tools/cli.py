@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from airflow_gpu_sched import __version__
+from airflow_gpu_sched import DOCS_URL, __version__, docs_page
 from airflow_gpu_sched.tools.exit_codes import BUG, INTERRUPTED, ApiError, UsageError, classify
 from airflow_gpu_sched.tools.output import OUTPUT_ARGS, emit, printable
 
@@ -22,22 +22,24 @@ DESCRIPTION = """\
 Run GPU training on scarce Vertex AI capacity from Airflow: the local Vertex AI emulator, the
 demo, a timeline of training jobs, and commands to inspect jobs, plans and quotas.
 
-  airflow-gpu-sched emulator                      serve the emulator on http://127.0.0.1:8765
-  airflow-gpu-sched demo                          the nightly example DAG against the emulator
-  airflow-gpu-sched jobs list --location L        this package's jobs in a region
-  airflow-gpu-sched jobs orphans --location L     running jobs whose task is gone (--cancel)
-  airflow-gpu-sched plan check DAG_FILE           each training task's plan and the rules it breaks
-  airflow-gpu-sched quota check DAG_FILE          what each task needs against the regions' GPU quota
+  airflow-gpu-sched emulator                      serve a local Vertex AI on http://127.0.0.1:8765
+  airflow-gpu-sched demo                          run the seven example DAGs against the emulator
+  airflow-gpu-sched jobs list --location L        list this package's training jobs in a region
+  airflow-gpu-sched jobs orphans --location L     find (--cancel: cancel) jobs whose task is gone
+  airflow-gpu-sched plan check DAG_FILE           show each training task's plan, check its rules
+  airflow-gpu-sched quota check DAG_FILE          compare each task's GPUs with the regions' quota
+  airflow-gpu-sched timeline --emulator URL       draw the training jobs' timeline as an SVG
 
 The jobs, plan and quota commands run where Airflow is configured (on Airflow 3.2 and later
 the same commands are `airflow gpu-sched ...`); they read Vertex AI through the connection --conn-id (default
 google_cloud_default). Listings print a table; -o json|yaml|plain for scripts.
 """
 
-EPILOG = """\
+EPILOG = f"""\
 exit codes: 0 ok; 1 findings (a rule broken, a quota too low, orphans left); 2 usage (bad
 argument or file, missing connection); 3 API or connection error; 4 a bug (please report);
-130 interrupted. Docs: docs/cli.md.
+130 interrupted.
+documentation: {DOCS_URL} (this command line: {docs_page("cli")})
 """
 
 
@@ -173,9 +175,15 @@ ORPHAN_COLUMNS = ["dag", "task", "map_index", "run", "state", "owner", "deployme
 
 
 def _jobs_list(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
     from airflow_gpu_sched.tools import platform
 
-    emit(platform.list_jobs(_client(args), _job_types(args)), JOB_COLUMNS, args.output)
+    rows = platform.list_jobs(_client(args), _job_types(args))
+    if args.output == "table" and not args.wide:  # for a terminal: 120 columns at most
+        emit(platform.short_job_rows(rows, datetime.now(timezone.utc)), list(platform.SHORT_JOB_COLUMNS), "table")
+    else:
+        emit(rows, JOB_COLUMNS, args.output)
     return 0
 
 
@@ -191,7 +199,7 @@ def _jobs_orphans(args: argparse.Namespace) -> int:
     if foreign := [o for o in orphans if not o.cancellable]:
         print(f"{len(foreign)} of these job(s) belong to another deployment or to none known: never cancelled "
               f"here (this deployment is {mine or 'not known yet: no job submitted with its id'}: "
-              "[gpu_sched] deployment_id or the Variable airflow_gpu_sched_deployment_id, docs/reaper.md)",
+              f"[gpu_sched] deployment_id or the Variable airflow_gpu_sched_deployment_id, {docs_page('reaper')})",
               file=sys.stderr)
     own = [o for o in orphans if o.cancellable]
     if not args.cancel or not own:
@@ -252,19 +260,25 @@ _JOB_TYPE = [(("--job-type",), {"action": "append", "choices": JOB_TYPES, "help"
 _DAG_FILE = [(("dag_file",), {"help": "a DAG file (loaded with Airflow's DagBag)"})]
 # group -> command -> (function, help, arguments)
 PLATFORM_COMMANDS: dict[str, tuple[str, dict[str, tuple[Any, str, list]]]] = {
-    "jobs": ("this package's Vertex AI jobs in a project and region", {
-        "list": (_jobs_list, "jobs labelled managed-by=airflow-gpu-sched: DAG, task, try, strategy, state, times",
-                 _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT),
-        "orphans": (_jobs_orphans, "active jobs whose task instance is no longer running or deferred",
+    "jobs": ("list and clean up this package's Vertex AI jobs in a project and region", {
+        "list": (_jobs_list, "list the jobs this package submitted (label managed-by=airflow-gpu-sched): DAG, "
+                          "task, try, strategy, state, age; --wide for every column",
+                 _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT + [
+                     (("--wide",), {"action": "store_true",
+                                    "help": "the table with every column: full names, times, run, type"})]),
+        "orphans": (_jobs_orphans, "find active jobs whose task instance is no longer running or deferred; "
+                                    "--cancel cancels this deployment's",
                     _CONNECTION + _LOCATION + _JOB_TYPE + _OUTPUT + [
                         (("--cancel",), {"action": "store_true", "help": "cancel them (asks first)"}),
                         (("--yes",), {"action": "store_true", "help": "with --cancel: do not ask"})]),
     }),
-    "plan": ("training tasks' plans", {
-        "check": (_plan_check, "each training task's plan: steps, regions, the rules each step is checked against",
+    "plan": ("check the capacity plans of a DAG file's training tasks", {
+        "check": (_plan_check, "show each training task's plan (steps, regions in order) and check every step "
+                              "against Vertex AI's rules; exit 1 on a violation",
                   _DAG_FILE + _OUTPUT)}),
-    "quota": ("training tasks' GPU quota", {
-        "check": (_quota_check, "what each training task needs at once against its regions' quotas",
+    "quota": ("compare training tasks' GPUs with the regions' GPU quota", {
+        "check": (_quota_check, "compare what each training task holds at once with its regions' GPU quota "
+                               "(without DAG_FILE: list --location's GPU quotas); exit 1 when too low",
                   [(("dag_file",), {"nargs": "?", "help": "a DAG file (without one: --location's GPU quotas)"}),
                    *_CONNECTION, (("--location",), {"help": "without DAG_FILE: the region"}), *_OUTPUT])}),
 }
@@ -301,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"airflow-gpu-sched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    emulator = sub.add_parser("emulator", help="serve the local Vertex AI emulator")
+    emulator = sub.add_parser("emulator", help="serve a local Vertex AI (the emulator) over HTTP, with a "
+                                               "dashboard at its root URL")
     emulator.add_argument("--host", default="127.0.0.1", help="loopback by default")
     emulator.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port")
     emulator.add_argument("--scenario", help="JSON or YAML scenario file")
@@ -318,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                                "printed at start (header X-Emulator-Control-Token)")
     emulator.set_defaults(func=reported(_emulator))
 
-    demo = sub.add_parser("demo", help="run the nightly_retraining example DAG against the emulator")
+    demo = sub.add_parser("demo", help="run the seven example DAGs (nightly, SPOT, persistent resource, tuned, "
+                                       "deploy, race and its sequential twin) with `airflow dags test` against "
+                                       "the emulator, and summarise each")
     demo.add_argument("--speed", type=float, default=120.0, help="emulated seconds per real second")
     demo.add_argument("--strategies", action="store_true",
                       help="instead: one job of each strategy, submitted with the client, life cycles printed")

@@ -12,7 +12,7 @@ the time saved, and prints a summary per training task.
 (FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
 one-replica persistent pool), each state change printed in emulated time.
 
-May import: vertex, emulator; never airflow.
+May import: vertex, emulator, tools; never airflow.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from airflow_gpu_sched.emulator import EmulatorServer, Scenario
 from airflow_gpu_sched.emulator.control import EmulatorControl
+from airflow_gpu_sched.tools.demo_progress import Progress, Summary
 from airflow_gpu_sched.vertex.client import VertexClient
 from airflow_gpu_sched.vertex.models import CustomJob
 
@@ -192,28 +193,29 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         control = EmulatorControl(emulator.url, control_token=emulator.control_token)
         client = VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
         started = time.monotonic()
+        summary = Summary()
 
         def dags_test(dag_id: str, story: str, when_queued=None) -> None:
             """``when_queued()`` runs once, when a job of the DAG is first seen QUEUED."""
             print(f"\nairflow dags test {dag_id}: {story}", flush=True)
             log_path = home / f"{dag_id}.log"
+            progress = Progress(dag_id, started)
             with open(log_path, "w") as log:
                 process = subprocess.Popen([airflow, "dags", "test", dag_id], env=env, stdout=log,
                                            stderr=subprocess.STDOUT)
-                last = None
-                while process.poll() is None:  # progress while it waits
-                    states = sorted((j.state.value.removeprefix("JOB_STATE_"))
-                                    for j in client.list_custom_jobs(filter=f'labels.airflow-dag="{dag_id}"'))
-                    line = ", ".join(f"{s}: {states.count(s)}" for s in dict.fromkeys(states))
-                    if line and line != last:
-                        print(f"  [{time.monotonic() - started:5.1f}s] {dag_id} jobs: {line}", flush=True)
-                        last = line
+                while process.poll() is None:  # a line at least every 10 s while it waits
+                    states = [j.state.value.removeprefix("JOB_STATE_")
+                              for j in client.list_custom_jobs(filter=f'labels.airflow-dag="{dag_id}"')]
+                    if line := progress.line(states, time.monotonic()):
+                        print(line, flush=True)
                     if when_queued is not None and "QUEUED" in states:
                         when_queued()
                         when_queued = None
                     time.sleep(0.3)
+            summary.ran(dag_id, "succeeded" if process.returncode == 0 else f"failed (log: {log_path})")
             if process.returncode != 0:
                 print(log_path.read_text()[-4000:])
+                print("\n" + "\n".join(summary.lines(time.monotonic() - started)), flush=True)
                 raise SystemExit(f"airflow dags test {dag_id} failed; full log: {log_path}")
 
         # FLEX_START: no H100s for 40 emulated minutes (20 s) after the job queued, then 8 free at
@@ -299,8 +301,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
 
         (out / "timeline.svg").write_text(svg(nights(emulator.backend), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))
-        print(f"\nnightly_retraining succeeded (and the SPOT, persistent-resource and tuned examples) in "
-              f"{time.monotonic() - started:.0f}s of real time")
+        print("\n" + "\n".join(summary.lines(time.monotonic() - started)))
         print(f"  timeline: {out / 'timeline.svg'}   dashboard snapshot: {out / 'dashboard.html'}")
         print(f"  Airflow logs: {home}/*.log")
         return 0

@@ -82,6 +82,13 @@ def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | No
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
 
 
+def shorten(value: str | None, width: int) -> str | None:
+    """``value`` cut to ``width`` characters, its end replaced by "…" when cut (a table cell)."""
+    if value is None or len(value) <= width:
+        return value
+    return value[:width - 1] + "…"
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"

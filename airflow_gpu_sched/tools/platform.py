@@ -123,6 +123,46 @@ def job_row(job_type: Any, resource: Any) -> JobRow:
                   deployment=labels.get(DEPLOYMENT_LABEL))
 
 
+# `jobs list`'s table without --wide: at most 120 columns (issue 41: full names and timestamps
+# made it 250 wide). Each column's cap; the id is int64 (19 digits at most), the states and
+# strategies are closed sets (PARTIALLY_SUCCEEDED is the longest state once its prefix is cut).
+SHORT_JOB_COLUMNS = {"dag": 24, "task": 20, "try": 3, "strategy": 10, "state": 19, "created": 8, "job": 19}
+_STRATEGY_SHORT = {"PERSISTENT_RESOURCE": "PERSISTENT"}
+
+
+def short_job_rows(rows: list[JobRow], now: Any) -> list[dict[str, str | None]]:
+    """The rows of `jobs list`'s narrow table (pure): task with its map index, state without its
+    prefix, creation as an age ("5m ago"), the job by its id; long ids cut to their column."""
+    from airflow_gpu_sched.tools.output import printable, shorten
+
+    def task(row: JobRow) -> str | None:
+        return row.task if row.map_index in (None, "") or row.task is None else f"{row.task}[{row.map_index}]"
+
+    short = []
+    for row in rows:
+        state = (row.state or "").removeprefix("JOB_STATE_").removeprefix("PIPELINE_STATE_") or None
+        cells = {"dag": row.dag, "task": task(row), "try": row.try_number,
+                 "strategy": _STRATEGY_SHORT.get(row.strategy or "", row.strategy), "state": state,
+                 "created": age(row.created, now), "job": row.name.rsplit("/", 1)[-1] or None}
+        # escaped first (an ESC is 4 characters once written as \x1b), then cut: the cap holds
+        short.append({key: shorten(None if value is None else printable(value), SHORT_JOB_COLUMNS[key])
+                      for key, value in cells.items()})
+    return short
+
+
+def age(when: str | None, now: Any) -> str | None:
+    """An ISO time as how long ago it was: "45s ago", "12m ago", "3h ago", "9d ago" (at most 8 wide)."""
+    from datetime import datetime
+
+    if not when:
+        return None
+    seconds = max(0, int((now - datetime.fromisoformat(when)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{min(seconds // size, 9999)}{unit} ago"
+    return f"{seconds}s ago"
+
+
 def _name(value: Any) -> str | None:
     return None if value is None else getattr(value, "value", None) or str(value)
 

@@ -44,8 +44,11 @@ async def async_client(resource_name: str, gcp_conn_id: str, poll_interval: floa
     # One poll retries briefly on its own; the longer transient-error window is the watch's.
     deadline = min(max(10.0, poll_interval), window)
     retry = RetryPolicy(initial=min(1.0, poll_interval), maximum=10.0, deadline=deadline)
+    # the job's own project (its name's), not the connection's: a connection without a project
+    # (the operator's project_id given instead) left the shared poller's lists without one (issue 41)
     return await AsyncVertexClient.afrom_connection(gcp_conn_id, location=location_of(resource_name), retry=retry,
-                                                    impersonation_chain=impersonation_chain)
+                                                    impersonation_chain=impersonation_chain,
+                                                    project=resource_name.split("/")[1])
 
 
 BATCHED, PER_JOB = "batched", "per_job"

@@ -51,7 +51,11 @@ def supervisor_comms() -> Any:
         from airflow.sdk.execution_time import task_runner
     except ImportError:  # pragma: no cover - Airflow without the task SDK
         return None
-    return getattr(task_runner, "SUPERVISOR_COMMS", None)
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    # `airflow dags test` and dag.test() run a trigger inline, with the task's InProcessSupervisorComms,
+    # which has no asend: no triggerer there. Each reaper pass warned that it could not read the
+    # task states, in the one mode users try first (issue 41); now the pass is not made.
+    return comms if hasattr(comms, "asend") else None
 
 
 def _ti_of(trigger: Any) -> Any:

@@ -125,10 +125,13 @@ class SharedJobPoller:
                 await self._reaper().maybe_reap(self._client)  # at most one pass per reaper interval
                 self._failures = 0
                 delay = self.interval * (1 + random.uniform(0, JITTER))
-            except VertexError as exc:  # after the client's own brief retries: back off everyone once
+            except Exception as exc:  # noqa: BLE001 - VertexError after the client's own brief retries: back off
+                # everyone once. Anything else too: a poller task that died would leave its triggers
+                # waiting for ever (it did, issue 41); they see the error and give up after their window.
                 self._failures += 1
                 delay = min(MAX_BACKOFF, self.interval * 2 ** self._failures) * random.uniform(0.5, 1.0)
-                log.warning("shared poll of %s failed (%s); next in %.1fs", self.key, exc, delay)
+                log.warning("shared poll of %s failed (%s); next in %.1fs", self.key,
+                            exc if isinstance(exc, VertexError) else f"{type(exc).__name__}: {exc}", delay)
                 for watchers in list(self._watchers.values()):
                     for watcher in watchers:
                         watcher.tell(exc)

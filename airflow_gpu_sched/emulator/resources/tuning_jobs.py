@@ -25,7 +25,7 @@ Tuning job (``hyperparameterTuningJobs``), the emulator's choices marked *:
         (error code 1) when the last one has stopped
     quota*, per trial: refused at create (429) when one trial alone needs more than a limit;
         otherwise each trial's job waits QUEUED for quota like any custom job, so parallel
-        trials beyond the free quota wait their turn (the tuning job stays PENDING until one runs)
+        trials beyond the free quota wait their turn (the tuning job stays PENDING until one runs, under ``tuningRunning: trial_running``)
 
 May import: vertex, emulator; never airflow.
 """
