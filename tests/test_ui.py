@@ -6,7 +6,10 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: its backport, which pip and pytest bring
+    import tomli as tomllib
 from pathlib import Path
 
 from airflow_gpu_sched.ui import PREFIX

@@ -124,7 +124,10 @@ def parse_user_patterns(text: str | None) -> dict[str, tuple[re.Pattern, ...]]:
 def backtracking_risk(pattern: str) -> str | None:
     """Why the regex may take exponential (or high polynomial) time, or None: the shapes behind
     catastrophic backtracking, read from the parsed pattern."""
-    from re import _parser  # the stdlib's own parser (sre_parse)
+    try:
+        from re import _parser  # the stdlib's own parser (sre_parse)
+    except ImportError:  # Python 3.10: the same module under its old name
+        import sre_parse as _parser
 
     unbounded = 0
 

@@ -299,8 +299,11 @@ def _logs_on_stderr(func: Any) -> Any:
     def command(args: argparse.Namespace) -> int:
         from airflow_gpu_sched.tools import platform
 
-        platform.logs_to_stderr()  # before anything logs: stdout carries the rows only
-        return func(args)
+        restore = platform.logs_to_stderr()  # before anything logs: stdout carries the rows only
+        try:
+            return func(args)
+        finally:
+            restore()
 
     command.__name__ = func.__name__
     return command

@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from airflow_gpu_sched.orchestration.deployment import DEPLOYMENT_LABEL, OTHER, THIS, UNKNOWN
 from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
@@ -39,11 +39,13 @@ class CommandError(UsageError):
 WAIT_SECONDS = 20.0  # --wait: how long a command retries an unreachable or overloaded endpoint
 
 
-def logs_to_stderr() -> None:
+def logs_to_stderr() -> Callable[[], None]:
     """Every log line on stderr: stdout is the command's output (``-o json | jq``). Importing Airflow
     configures its logging with a console handler on stdout (``airflow`` itself moves it for
     commands with ``-o``; ``airflow-gpu-sched`` must do the same): a secrets-masker warning
-    printed while a connection was read once came out ahead of the JSON."""
+    printed while a connection was read once came out ahead of the JSON. Returns what puts
+    Airflow's structlog output back when the command ends (the command may run inside a process
+    that goes on: a test)."""
     import airflow  # noqa: F401 (its import configures the handlers this moves)
 
     for handler in logging.getLogger().handlers:
@@ -51,12 +53,20 @@ def logs_to_stderr() -> None:
             handler.setStream(sys.stderr)
     # Airflow's structlog loggers made from here on: their factory's output unset means stdout
     # (Airflow 3.1 printed a connection warning ahead of the JSON that way)
-    with contextlib.suppress(Exception):
+    try:
         import structlog
 
         factory = structlog.get_config().get("logger_factory")
-        if hasattr(factory, "io") and factory.io is None:
-            factory.io = _Stderr(binary="Bytes" in getattr(factory.cls, "__name__", ""))
+    except Exception:  # noqa: BLE001 - no structlog set up: nothing more to move
+        return lambda: None
+    if not hasattr(factory, "io") or factory.io is not None:
+        return lambda: None
+    factory.io = _Stderr(binary="Bytes" in getattr(getattr(factory, "cls", None), "__name__", ""))
+
+    def restore() -> None:
+        factory.io = None
+
+    return restore
 
 
 class _Stderr:
