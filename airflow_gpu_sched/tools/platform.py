@@ -48,23 +48,27 @@ def logs_to_stderr() -> Callable[[], None]:
     that goes on: a test)."""
     import airflow  # noqa: F401 (its import configures the handlers this moves)
 
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
-            handler.setStream(sys.stderr)
+    moved = [(h, h.stream) for h in logging.getLogger().handlers
+             if isinstance(h, logging.StreamHandler) and h.stream is sys.stdout]
+    for handler, _ in moved:
+        handler.setStream(sys.stderr)
     # Airflow's structlog loggers made from here on: their factory's output unset means stdout
     # (Airflow 3.1 printed a connection warning ahead of the JSON that way)
-    try:
+    factory = None
+    with contextlib.suppress(Exception):  # no structlog set up: nothing more to move
         import structlog
 
         factory = structlog.get_config().get("logger_factory")
-    except Exception:  # noqa: BLE001 - no structlog set up: nothing more to move
-        return lambda: None
     if not hasattr(factory, "io") or factory.io is not None:
-        return lambda: None
-    factory.io = _Stderr(binary="Bytes" in getattr(getattr(factory, "cls", None), "__name__", ""))
+        factory = None
+    else:
+        factory.io = _Stderr(binary="Bytes" in getattr(getattr(factory, "cls", None), "__name__", ""))
 
-    def restore() -> None:
-        factory.io = None
+    def restore() -> None:  # the handlers too: left on this moment's sys.stderr (a test's capture,
+        for handler, stream in moved:  # closed after it), a later task's log lines went nowhere
+            handler.setStream(stream)  # (Airflow 3.1, the matrix's slice under xdist)
+        if factory is not None:
+            factory.io = None
 
     return restore
 
