@@ -31,27 +31,35 @@ def _operator(**kw):
                                poll_interval=0.02, **{**A100, **kw})
 
 
-def test_a_night_that_waited_30_minutes_reports_30_minutes_queued_and_no_gpu_hours_for_them(airflow):
-    from airflow.sdk import DAG
+def _gpus_30_minutes_after_the_create(airflow, collection: str) -> threading.Thread:
+    """From a thread: 8 free A100s 30 emulated minutes after the first resource of ``collection``
+    was created (counted from its createTime, whenever the thread sees it)."""
 
-    airflow.reset({**FAST, "speed": 1000})  # 30 emulated minutes in about 2 s
-    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
-
-    def gpus_30_minutes_after_the_create():
+    def watch():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            jobs = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/customJobs",
-                                timeout=5).json().get("customJobs", [])
-            if jobs:
-                created = datetime.fromisoformat(jobs[0]["createTime"].replace("Z", "+00:00"))
+            found = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/{collection}",
+                                 timeout=5).json().get(collection, [])
+            if found:
+                created = datetime.fromisoformat(found[0]["createTime"].replace("Z", "+00:00"))
                 now = datetime.fromisoformat(airflow._call("GET", "clock")["now"])
                 airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=8,
                                      at_seconds=max(0.0, 1800 - (now - created).total_seconds()))
                 return
             time.sleep(0.005)
 
-    helper = threading.Thread(target=gpus_30_minutes_after_the_create, daemon=True)
-    helper.start()
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_night_that_waited_30_minutes_reports_30_minutes_queued_and_no_gpu_hours_for_them(airflow):
+    from airflow.sdk import DAG
+
+    airflow.reset({**FAST, "speed": 1000})  # 30 emulated minutes in about 2 s
+    airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+
+    helper = _gpus_30_minutes_after_the_create(airflow, "customJobs")
     with DAG("night", schedule=None, start_date=START) as dag:
         _operator(plan=[{"strategy": "FLEX_START", "max_wait_duration": "2h"}], env={"EMULATOR_RUN_SECONDS": "600"})
     result = run_dag(dag, logical_date=START)
@@ -78,21 +86,7 @@ def test_a_pipeline_night_that_waited_30_minutes_reports_them_queued_whenever_th
     airflow.reset({**FAST, "speed": 1000, "variants": {"pipelineRunning": running}})
     airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
 
-    def gpus_30_minutes_after_the_create():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            found = requests.get(f"{airflow.url}/v1/projects/{PROJECT}/locations/{LOCATION}/trainingPipelines",
-                                 timeout=5).json().get("trainingPipelines", [])
-            if found:
-                created = datetime.fromisoformat(found[0]["createTime"].replace("Z", "+00:00"))
-                now = datetime.fromisoformat(airflow._call("GET", "clock")["now"])
-                airflow.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=8,
-                                     at_seconds=max(0.0, 1800 - (now - created).total_seconds()))
-                return
-            time.sleep(0.005)
-
-    helper = threading.Thread(target=gpus_30_minutes_after_the_create, daemon=True)
-    helper.start()
+    helper = _gpus_30_minutes_after_the_create(airflow, "trainingPipelines")
     with DAG(f"pipeline_night_{running}", schedule=None, start_date=START) as dag:
         _operator(plan=[{"strategy": "FLEX_START", "max_wait_duration": "2h"}], env={"EMULATOR_RUN_SECONDS": "600"},
                   job_type="training_pipeline", model_display_name="nightly-model",

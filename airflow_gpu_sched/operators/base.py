@@ -302,16 +302,9 @@ class VertexTrainingOperator(BaseOperator):
         (``__fail__``), and its trigger was cancelled without ``on_kill``: the try stops here like a
         killed one (its waiting jobs cancelled, the cancels recorded as ours), then fails as Airflow says."""
         if next_method == AIRFLOW_FAIL_METHOD:
-            from airflow_gpu_sched.operators.kill import kill
+            from airflow_gpu_sched.operators.kill import kill_after_deferral_timeout
 
-            self.run_ledger = ledger = self._ledger_of(context)
-            jobs = ledger.open_jobs()
-            if ledger.race is not None:
-                self.race_jobs = jobs
-            else:
-                self.running_job = jobs[0] if jobs else None
-            self.log.info("the deferral ended on Airflow's timeout: the try stops")
-            kill(self)
+            kill_after_deferral_timeout(self, self._ledger_of(context))
         return super().resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:

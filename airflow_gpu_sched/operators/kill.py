@@ -34,3 +34,17 @@ def kill(op: Any) -> None:
             vertex_calls.cancel(op, name)
         except InvalidArgumentError:
             pass  # already finished
+
+
+def kill_after_deferral_timeout(op: Any, ledger: Any) -> None:
+    """A try Airflow resumed only to fail it (its deferral timed out: ``execution_timeout``), its
+    trigger cancelled without ``on_kill``: it stops like a killed one, on the jobs its ledger
+    still has open."""
+    op.run_ledger = ledger
+    jobs = ledger.open_jobs()
+    if ledger.race is not None:
+        op.race_jobs = jobs
+    else:
+        op.running_job = jobs[0] if jobs else None
+    op.log.info("the deferral ended on Airflow's timeout: the try stops")
+    kill(op)
