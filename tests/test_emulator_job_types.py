@@ -631,7 +631,7 @@ def test_quota_metric_names_per_strategy():
 
 
 def test_operator_argument_rules_name_the_arguments():
-    from airflow_gpu_sched.vertex.rules import check_pipeline_options, check_tuning_options
+    from airflow_gpu_sched.vertex.job_type_rules import check_pipeline_options, check_tuning_options
 
     study = {"metrics": [{"metricId": "acc", "goal": "UP"}], "parameters": [{"parameterId": "n"}]}
     paths = [v.path for v in check_tuning_options(study, 2, 3, None)]

@@ -10,7 +10,7 @@ from tests.conftest import LOCATION, PROJECT
 from tests.test_emulator import job
 
 from airflow_gpu_sched.vertex.models import PersistentResource
-from airflow_gpu_sched.vertex.rules import check_persistent_resource
+from airflow_gpu_sched.vertex.persistent_rules import check_persistent_resource
 
 ROOT = f"projects/{PROJECT}/locations/{LOCATION}"
 

@@ -7,10 +7,10 @@ import copy
 import pytest
 
 from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource
+from airflow_gpu_sched.vertex.persistent_rules import check_persistent_fit
 from airflow_gpu_sched.vertex.rules import (
     SpecError,
     check_custom_job,
-    check_persistent_fit,
     validate_custom_job,
 )
 from tests.conftest import load_seed

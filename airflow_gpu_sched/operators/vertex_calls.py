@@ -102,7 +102,7 @@ def read_resource(op: Any, context: Any, action: engine.ReadResource) -> engine.
     """The persistent resource and the job's fit on it."""
     from airflow_gpu_sched.operators.running import now
     from airflow_gpu_sched.orchestration import plan_engine as engine
-    from airflow_gpu_sched.vertex.rules import check_persistent_fit
+    from airflow_gpu_sched.vertex.persistent_rules import check_persistent_fit
 
     resource = op.client(action.location).get_persistent_resource(action.name)
     fit = check_persistent_fit(op.validated_job(context, step=action.step).job_spec, resource)

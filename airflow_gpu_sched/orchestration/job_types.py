@@ -192,7 +192,7 @@ class HyperparameterTuningJobType(JobType):
     final_fields = ("displayName", "trialJobSpec.workerPoolSpecs", "studySpec")
 
     def violations(self, options: JobOptions) -> list[Violation]:
-        from airflow_gpu_sched.vertex.rules import check_tuning_options
+        from airflow_gpu_sched.vertex.job_type_rules import check_tuning_options
 
         return super().violations(options) + check_tuning_options(
             options.study_spec, options.max_trial_count, options.parallel_trial_count,
@@ -264,7 +264,7 @@ class TrainingPipelineType(JobType):
     final_fields = ("displayName", "trainingTaskInputs", "modelToUpload", "modelId")
 
     def violations(self, options: JobOptions) -> list[Violation]:
-        from airflow_gpu_sched.vertex.rules import check_pipeline_options
+        from airflow_gpu_sched.vertex.job_type_rules import check_pipeline_options
 
         return super().violations(options) + check_pipeline_options(
             options.model_display_name, options.model_serving_image_uri, options.parent_model)

@@ -59,7 +59,7 @@ class PersistentCapacityTrigger(BaseTrigger):
     async def _first_event(self) -> dict[str, Any]:
         from airflow_gpu_sched.vertex.client import VertexError
         from airflow_gpu_sched.vertex.models import CustomJobSpec
-        from airflow_gpu_sched.vertex.rules import check_persistent_fit
+        from airflow_gpu_sched.vertex.persistent_rules import check_persistent_fit
 
         spec = CustomJobSpec.model_validate(self.job_spec)
         client = await async_client(self.resource_name, self.gcp_conn_id, self.poll_interval,

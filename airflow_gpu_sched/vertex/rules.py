@@ -6,6 +6,10 @@ rejected everywhere with the same words. Each :class:`Violation` names the field
 the CustomJob root, camelCase as on the wire (``jobSpec.workerPoolSpecs[1].machineSpec.
 acceleratorType``), and says the rule in words a user can act on.
 
+The rules of the other resources build on these: a job's fit on a persistent resource and the
+rules for creating one in :mod:`persistent_rules`, tuning jobs and training pipelines (and the
+operators' arguments for them) in :mod:`job_type_rules`.
+
 Parsing (:mod:`airflow_gpu_sched.vertex.models`) stays lenient on purpose: a response from the
 service must always parse, even when it would fail these rules.
 
@@ -15,34 +19,20 @@ May import: vertex; never airflow.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from airflow_gpu_sched.vertex import catalog
 from airflow_gpu_sched.vertex.models import (
-    CUSTOM_TASK_DEFINITION,
     CustomJob,
     CustomJobSpec,
-    DiskSpec,
-    GoalType,
     MachineSpec,
-    PersistentResource,
-    SearchAlgorithm,
     Strategy,
     WorkerPoolSpec,
 )
-
-if TYPE_CHECKING:  # imported where used: the operators import this module at DAG-parse time
-    from airflow_gpu_sched.vertex.job_type_models import (
-        HyperparameterTuningJob,
-        ParameterSpec,
-        StudySpec,
-        TrainingPipeline,
-    )
 
 MAX_DISPLAY_NAME = 128
 MAX_LABEL_LENGTH = 63
@@ -55,8 +45,6 @@ BOOT_DISK_SIZE_GB = (100, 64000)
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]*")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]*")
 PERSISTENT_RESOURCE_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
-MODEL_ID = re.compile(r"^[a-z_][a-z0-9_-]{0,62}$")
-MODEL_NAME = re.compile(r"^projects/[^/]+/locations/[^/]+/models/[^/@]+$")
 
 
 @dataclass(frozen=True)
@@ -93,10 +81,7 @@ def parse_violations(error: ValidationError) -> list[Violation]:
 
 def check_custom_job(job: CustomJob) -> list[Violation]:
     """Every rule the job breaks (empty when it is valid)."""
-    found: list[Violation] = []
-    name = job.display_name or ""
-    if not 1 <= len(name) <= MAX_DISPLAY_NAME:
-        found.append(Violation("displayName", f"must be 1 to {MAX_DISPLAY_NAME} characters (got {len(name)})"))
+    found = check_display_name(job.display_name)
     found += check_labels(job.labels or {}, "labels")
     found += check_job_spec(job.job_spec, "jobSpec")
     return found
@@ -108,6 +93,13 @@ def validate_custom_job(job: CustomJob) -> CustomJob:
     if found:
         raise SpecError(found)
     return job
+
+
+def check_display_name(name: str | None, path: str = "displayName") -> list[Violation]:
+    length = len(name or "")
+    if not 1 <= length <= MAX_DISPLAY_NAME:
+        return [Violation(path, f"must be 1 to {MAX_DISPLAY_NAME} characters (got {length})")]
+    return []
 
 
 def check_labels(labels: dict[str, str], path: str = "labels") -> list[Violation]:
@@ -176,7 +168,7 @@ def _check_pool(pool: WorkerPoolSpec, index: int, path: str) -> list[Violation]:
             f"the first pool is the primary replica and must have replicaCount 1 (got {pool.replicas}); "
             "put further workers in workerPoolSpecs[1]",
         ))
-    found += _check_machine(pool.machine_spec, f"{path}.machineSpec")
+    found += check_machine(pool.machine_spec, f"{path}.machineSpec")
     if pool.disk_spec is not None:
         disk, disk_path = pool.disk_spec, f"{path}.diskSpec"
         if disk.boot_disk_type is not None and disk.boot_disk_type not in catalog.BOOT_DISK_TYPES:
@@ -189,7 +181,8 @@ def _check_pool(pool: WorkerPoolSpec, index: int, path: str) -> list[Violation]:
     return found
 
 
-def _check_machine(machine: MachineSpec | None, path: str) -> list[Violation]:
+def check_machine(machine: MachineSpec | None, path: str) -> list[Violation]:
+    """A machine type and the accelerators it carries (a job's pool or a resource pool)."""
     if machine is None or not machine.machine_type:
         return [Violation(f"{path}.machineType", "is required (for example 'a2-highgpu-1g')")]
     accelerator, count = machine.accelerator_type, machine.accelerator_count
@@ -296,339 +289,4 @@ def _check_persistent_resource_reference(spec: CustomJobSpec, path: str) -> list
         found.append(Violation(f"{path}.scheduling.strategy",
                                f"a job on a persistent resource runs on its VMs; leave strategy unset "
                                f"or STANDARD (got {spec.strategy.value})"))
-    return found
-
-
-# --------------------------------------------------------------------------- persistent resources
-
-
-@dataclass(frozen=True)
-class PoolShortage:
-    """A worker pool that fits its resource pool, but not in the replicas free right now."""
-
-    path: str
-    resource_pool_id: str
-    wanted: int
-    free: int
-
-
-@dataclass
-class PersistentFit:
-    """How a job spec fits a persistent resource.
-
-    ``mismatches``: the spec can never run there (fix the spec or the resource).
-    ``shortages``: it fits, but the matching pools are busy now (wait for replicas).
-    """
-
-    mismatches: list[Violation] = field(default_factory=list)
-    shortages: list[PoolShortage] = field(default_factory=list)
-    assignment: dict[int, str] = field(default_factory=dict)  # worker pool index -> resource pool id
-
-    @property
-    def fits(self) -> bool:
-        return not self.mismatches
-
-    @property
-    def runs_now(self) -> bool:
-        return not self.mismatches and not self.shortages
-
-
-def _pool_key(machine: MachineSpec | None, disk: DiskSpec | None) -> tuple:
-    # Compare effective disk types: a pool with no diskSpec has its machine type's default
-    # (pd-ssd, or hyperdisk-balanced on A3 Ultra), on the job's side and the resource's alike.
-    machine = machine or MachineSpec()
-    return (machine.machine_type, machine.accelerator_type, machine.accelerator_count or None,
-            catalog.effective_boot_disk_type(machine.machine_type, disk.boot_disk_type if disk else None))
-
-
-def check_persistent_fit(spec: CustomJobSpec, resource: PersistentResource,
-                         path: str = "jobSpec") -> PersistentFit:
-    """Match every worker pool to a resource pool: machine type, accelerator and disk type
-    exactly; replica count within the pool's size (never fits) and its free replicas (busy)."""
-    fit = PersistentFit()
-    wanted_per_pool: dict[str, int] = {}
-    for index, pool in spec.active_pools():
-        pool_path = f"{path}.workerPoolSpecs[{index}]"
-        key = _pool_key(pool.machine_spec, pool.disk_spec)
-        match = next((rp for rp in resource.resource_pools
-                      if _pool_key(rp.machine_spec, rp.disk_spec) == key),
-                     None)
-        if match is None:
-            machine_type, accelerator, count, disk = key
-            offered = "; ".join(
-                f"{rp.id}: {_describe(_pool_key(rp.machine_spec, rp.disk_spec))}"
-                for rp in resource.resource_pools) or "none"
-            fit.mismatches.append(Violation(
-                f"{pool_path}.machineSpec",
-                f"no resource pool of {resource.name or 'the persistent resource'} matches "
-                f"{_describe(key)} (machine type, accelerator and boot disk type must match exactly; "
-                f"pools: {offered})",
-            ))
-            continue
-        fit.assignment[index] = match.id or ""
-        wanted_per_pool[match.id or ""] = wanted_per_pool.get(match.id or "", 0) + pool.replicas
-        if wanted_per_pool[match.id or ""] > match.capacity:
-            fit.mismatches.append(Violation(
-                f"{pool_path}.replicaCount",
-                f"asks for {wanted_per_pool[match.id or '']} replicas but resource pool {match.id!r} "
-                f"holds at most {match.capacity}",
-            ))
-        elif wanted_per_pool[match.id or ""] > match.free_replicas:
-            fit.shortages.append(PoolShortage(pool_path, match.id or "", wanted_per_pool[match.id or ""],
-                                              match.free_replicas))
-    return fit
-
-
-def _describe(key: tuple) -> str:
-    machine_type, accelerator, count, disk = key
-    gpus = f" with {count} x {accelerator.value}" if accelerator else ""
-    return f"{machine_type}{gpus} on {disk}"
-
-
-def check_persistent_resource(resource: PersistentResource, resource_id: str) -> list[Violation]:
-    """Rules for creating a persistent resource."""
-    found = []
-    if not PERSISTENT_RESOURCE_ID.fullmatch(resource_id or ""):
-        found.append(Violation("persistentResourceId",
-                               f"{resource_id!r} must be 1-63 lowercase letters, digits and '-', "
-                               "starting with a letter and not ending with '-'"))
-    if not resource.resource_pools:
-        found.append(Violation("resourcePools", "at least one resource pool is required"))
-    for index, pool in enumerate(resource.resource_pools):
-        path = f"resourcePools[{index}]"
-        found += _check_machine(pool.machine_spec, f"{path}.machineSpec")
-        if pool.capacity < 1:
-            found.append(Violation(f"{path}.replicaCount", "must be at least 1"))
-        if pool.autoscaling_spec is not None:
-            found += _check_autoscaling(pool.autoscaling_spec, pool.replica_count, f"{path}.autoscalingSpec")
-    found += check_labels(resource.labels or {}, "labels")
-    return found
-
-
-def _check_autoscaling(spec, replicas: int | None, path: str) -> list[Violation]:
-    """``ResourcePool.AutoscalingSpec`` (persistent_resource.proto): min > 0 for a persistent
-    resource, min <= replicaCount and min < max; max >= replicaCount and max > min."""
-    found = []
-    low, high = spec.min_replica_count, spec.max_replica_count
-    if low is not None:
-        if low < 1:
-            found.append(Violation(f"{path}.minReplicaCount", f"must be at least 1 for a persistent resource "
-                                                              f"(got {low})"))
-        elif replicas is not None and low > replicas:
-            found.append(Violation(f"{path}.minReplicaCount", f"must not exceed replicaCount ({low} > {replicas})"))
-    if high is not None:
-        if replicas is not None and high < replicas:
-            found.append(Violation(f"{path}.maxReplicaCount", f"must be at least replicaCount ({high} < {replicas})"))
-        if low is not None and high <= low:
-            found.append(Violation(f"{path}.maxReplicaCount",
-                                   f"must be greater than minReplicaCount ({high} <= {low})"))
-    return found
-
-
-# --------------------------------------------------------------------------- tuning jobs and pipelines
-
-
-def _check_display_name(name: str | None, path: str = "displayName") -> list[Violation]:
-    length = len(name or "")
-    if not 1 <= length <= MAX_DISPLAY_NAME:
-        return [Violation(path, f"must be 1 to {MAX_DISPLAY_NAME} characters (got {length})")]
-    return []
-
-
-def check_tuning_counts(max_trial_count: int | None, parallel_trial_count: int | None,
-                        max_failed_trial_count: int | None = None) -> list[Violation]:
-    """``maxTrialCount`` >= 1; 1 <= ``parallelTrialCount`` <= ``maxTrialCount``;
-    ``maxFailedTrialCount`` >= 0 (0: the service decides, see docs/emulator.md)."""
-    found = []
-    if max_trial_count is None or max_trial_count < 1:
-        found.append(Violation("maxTrialCount", f"is required and must be at least 1 (got {max_trial_count})"))
-    if parallel_trial_count is None or parallel_trial_count < 1:
-        found.append(Violation("parallelTrialCount",
-                               f"is required and must be at least 1 (got {parallel_trial_count})"))
-    elif max_trial_count is not None and max_trial_count >= 1 and parallel_trial_count > max_trial_count:
-        found.append(Violation("parallelTrialCount",
-                               f"must not exceed maxTrialCount ({parallel_trial_count} > {max_trial_count})"))
-    if max_failed_trial_count is not None and max_failed_trial_count < 0:
-        found.append(Violation("maxFailedTrialCount", f"must be 0 or more (got {max_failed_trial_count})"))
-    return found
-
-
-def check_study_spec(study: StudySpec, path: str = "studySpec") -> list[Violation]:
-    """At least one metric (id, goal MAXIMIZE or MINIMIZE) and one parameter (id, exactly one
-    value spec with a valid range or list); ids unique; a known algorithm."""
-    found: list[Violation] = []
-    if not study.metrics:
-        found.append(Violation(f"{path}.metrics", "at least one metric is required (metricId and goal)"))
-    seen: set[str] = set()
-    for index, metric in enumerate(study.metrics):
-        where = f"{path}.metrics[{index}]"
-        if not metric.metric_id or any(c.isspace() for c in metric.metric_id):
-            found.append(Violation(f"{where}.metricId", "is required and must not contain whitespace"))
-        elif metric.metric_id in seen:
-            found.append(Violation(f"{where}.metricId", f"{metric.metric_id!r} is used twice"))
-        seen.add(metric.metric_id or "")
-        if metric.goal not in (GoalType.MAXIMIZE, GoalType.MINIMIZE):
-            got = metric.goal.value if metric.goal else "nothing"
-            found.append(Violation(f"{where}.goal", f"must be MAXIMIZE or MINIMIZE (got {got})"))
-    if not study.parameters:
-        found.append(Violation(f"{path}.parameters", "at least one parameter to tune is required"))
-    seen = set()
-    for index, parameter in enumerate(study.parameters):
-        where = f"{path}.parameters[{index}]"
-        if not parameter.parameter_id or any(c.isspace() for c in parameter.parameter_id):
-            found.append(Violation(f"{where}.parameterId", "is required and must not contain whitespace"))
-        elif parameter.parameter_id in seen:
-            found.append(Violation(f"{where}.parameterId", f"{parameter.parameter_id!r} is used twice"))
-        seen.add(parameter.parameter_id or "")
-        found += _check_parameter(parameter, where)
-    if study.algorithm is not None and not study.algorithm.is_known:
-        found.append(Violation(f"{path}.algorithm",
-                               f"unknown algorithm {study.algorithm.value!r}: use GRID_SEARCH or RANDOM_SEARCH"))
-    if study.algorithm is SearchAlgorithm.GRID_SEARCH:
-        for index, parameter in enumerate(study.parameters):
-            if parameter.double_value_spec is not None:
-                found.append(Violation(f"{path}.parameters[{index}].doubleValueSpec",
-                                       "GRID_SEARCH needs INTEGER, DISCRETE or CATEGORICAL parameters"))
-    return found
-
-
-def _check_parameter(parameter: ParameterSpec, where: str) -> list[Violation]:
-    specs = parameter.value_specs
-    if len(specs) != 1:
-        return [Violation(where, "set exactly one of doubleValueSpec, integerValueSpec, categoricalValueSpec "
-                                 f"or discreteValueSpec (got {', '.join(specs) or 'none'})")]
-    spec = specs[0]
-    if spec in ("doubleValueSpec", "integerValueSpec"):
-        value = parameter.double_value_spec or parameter.integer_value_spec
-        if value.min_value is None or value.max_value is None:  # type: ignore[union-attr]
-            return [Violation(f"{where}.{spec}", "minValue and maxValue are required")]
-        if value.min_value > value.max_value:  # type: ignore[union-attr, operator]
-            return [Violation(f"{where}.{spec}.minValue",
-                              f"must not exceed maxValue ({value.min_value} > {value.max_value})")]  # type: ignore[union-attr]
-        if parameter.scale_type is not None and parameter.scale_type.value.endswith("LOG_SCALE") \
-                and value.min_value <= 0:  # type: ignore[union-attr, operator]
-            return [Violation(f"{where}.scaleType", "a log scale needs minValue > 0")]
-    else:
-        values = (parameter.categorical_value_spec or parameter.discrete_value_spec).values  # type: ignore[union-attr]
-        if not values:
-            return [Violation(f"{where}.{spec}.values", "at least one value is required")]
-        if spec == "discreteValueSpec" and list(values) != sorted(set(values)):
-            return [Violation(f"{where}.{spec}.values", "must be distinct and in increasing order")]
-    return []
-
-
-def check_tuning_job(job: HyperparameterTuningJob) -> list[Violation]:
-    """Every rule a HyperparameterTuningJob breaks: display name, labels, trial counts, the
-    study spec and the trial job spec (paths from the tuning job root: ``trialJobSpec...``)."""
-    found = _check_display_name(job.display_name)
-    found += check_labels(job.labels or {}, "labels")
-    found += check_tuning_counts(job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count)
-    found += check_study_spec(job.study_spec, "studySpec")
-    found += check_job_spec(job.trial_job_spec, "trialJobSpec")
-    return found
-
-
-def validate_tuning_job(job: HyperparameterTuningJob) -> HyperparameterTuningJob:
-    found = check_tuning_job(job)
-    if found:
-        raise SpecError(found, "hyperparameter tuning job")
-    return job
-
-
-def check_training_pipeline(pipeline: TrainingPipeline) -> list[Violation]:
-    """Rules for a custom-task TrainingPipeline: the custom task definition, task inputs that
-    are a valid CustomJobSpec (paths ``trainingTaskInputs...``), a model to upload with a display
-    name and a serving image, a well-formed ``parentModel``/``modelId``."""
-    found = _check_display_name(pipeline.display_name)
-    found += check_labels(pipeline.labels or {}, "labels")
-    if pipeline.training_task_definition != CUSTOM_TASK_DEFINITION:
-        found.append(Violation("trainingTaskDefinition",
-                               f"only the custom task {CUSTOM_TASK_DEFINITION} is supported "
-                               f"(got {pipeline.training_task_definition!r})"))
-    if not pipeline.training_task_inputs:
-        found.append(Violation("trainingTaskInputs", "is required: a CustomJobSpec (workerPoolSpecs, scheduling, ...)"))
-    else:
-        try:
-            spec = CustomJobSpec.model_validate(pipeline.training_task_inputs)
-        except ValidationError as exc:
-            found += [Violation(f"trainingTaskInputs.{v.path}", v.rule) for v in parse_violations(exc)]
-        else:
-            found += check_job_spec(spec, "trainingTaskInputs")
-    model = pipeline.model_to_upload
-    if model is None:
-        found.append(Violation("modelToUpload", "is required: the model's displayName and serving containerSpec"))
-    else:
-        if not model.display_name:
-            found.append(Violation("modelToUpload.displayName", "is required: the registered model's name"))
-        else:
-            found += _check_display_name(model.display_name, "modelToUpload.displayName")
-        if model.container_spec is None or not model.container_spec.image_uri:
-            found.append(Violation("modelToUpload.containerSpec.imageUri",
-                                   "is required: the serving container image of the model"))
-        found += check_labels(model.labels or {}, "modelToUpload.labels")
-    if pipeline.parent_model is not None and not MODEL_NAME.fullmatch(pipeline.parent_model):
-        found.append(Violation("parentModel", f"must be a model resource name like "
-                                              f"'projects/P/locations/L/models/ID' (got {pipeline.parent_model!r})"))
-    if pipeline.model_id is not None and not MODEL_ID.fullmatch(pipeline.model_id):
-        found.append(Violation("modelId", "up to 63 characters of [a-z0-9_-], not starting with a digit or '-' "
-                                          f"(got {pipeline.model_id!r})"))
-    return found
-
-
-def validate_training_pipeline(pipeline: TrainingPipeline) -> TrainingPipeline:
-    found = check_training_pipeline(pipeline)
-    if found:
-        raise SpecError(found, "training pipeline")
-    return pipeline
-
-
-# --------------------------------------------------------------------------- operator arguments (same rules)
-
-_COUNT_ARGS = {"maxTrialCount": "max_trial_count", "parallelTrialCount": "parallel_trial_count",
-               "maxFailedTrialCount": "max_failed_trial_count"}
-
-
-def _with_argument_names(rule: str) -> str:
-    for wire, argument in _COUNT_ARGS.items():
-        rule = rule.replace(wire, argument)
-    return rule
-
-
-def check_tuning_options(study_spec: StudySpec | dict | None, max_trial_count: int | None,
-                         parallel_trial_count: int | None,
-                         max_failed_trial_count: int | None = None) -> list[Violation]:
-    """The tuning rules of :func:`check_tuning_job`, for operator arguments: paths name the
-    argument (``study_spec.metrics[0].goal``, ``parallel_trial_count``). ``parallel_trial_count``
-    None means 1."""
-    found = [Violation(_COUNT_ARGS.get(v.path, v.path), _with_argument_names(v.rule))
-             for v in check_tuning_counts(max_trial_count, 1 if parallel_trial_count is None else parallel_trial_count,
-                                          max_failed_trial_count)]
-    if study_spec is None:
-        return found + [Violation("study_spec", "is required: metrics (metricId, goal) and parameters to tune")]
-    from airflow_gpu_sched.vertex.job_type_models import StudySpec
-
-    if isinstance(study_spec, StudySpec):
-        study = study_spec
-    else:
-        try:
-            study = StudySpec.model_validate(study_spec)
-        except ValidationError as exc:
-            return found + [Violation(f"study_spec.{v.path}", v.rule) for v in parse_violations(exc)]
-    return found + [Violation("study_spec" + v.path.removeprefix("studySpec"), v.rule)
-                    for v in check_study_spec(study, "studySpec")]
-
-
-def check_pipeline_options(model_display_name: str | None, model_serving_image_uri: str | None,
-                           parent_model: str | None = None) -> list[Violation]:
-    """The pipeline rules of :func:`check_training_pipeline` for operator arguments."""
-    found = []
-    if not model_display_name:
-        found.append(Violation("model_display_name", "is required: the registered model's name"))
-    else:
-        found += [Violation("model_display_name", v.rule) for v in _check_display_name(model_display_name)]
-    if not model_serving_image_uri:
-        found.append(Violation("model_serving_image_uri", "is required: the serving container image of the model"))
-    if parent_model is not None and not MODEL_NAME.fullmatch(parent_model):
-        found.append(Violation("parent_model", f"must be a model resource name like "
-                                               f"'projects/P/locations/L/models/ID' (got {parent_model!r})"))
     return found

@@ -2,7 +2,7 @@
 
 A create answers an operation (named under the resource: assumed) that is done when the
 resource is RUNNING, ``resourceProvisioningSeconds`` later. A job on it takes replicas of the
-pools its worker pools fit (``vertex.rules.check_persistent_fit``); it waits while the pools
+pools its worker pools fit (``vertex.persistent_rules.check_persistent_fit``); it waits while the pools
 are busy or the resource is not RUNNING. The control API can put a resource in any state.
 
 May import: vertex, emulator; never airflow.
@@ -20,7 +20,8 @@ from airflow_gpu_sched.emulator.resources.listing import offset_list
 from airflow_gpu_sched.emulator.resources.operations import Operations
 from airflow_gpu_sched.emulator.resources.store import Store, error_status, find, parse_valid
 from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource, PersistentResourceState
-from airflow_gpu_sched.vertex.rules import Violation, check_persistent_fit, check_persistent_resource
+from airflow_gpu_sched.vertex.persistent_rules import check_persistent_fit, check_persistent_resource
+from airflow_gpu_sched.vertex.rules import Violation
 
 R = PersistentResourceState
 # The one updatable field, as the proto names it and in its JSON (lowerCamelCase) form

@@ -38,7 +38,8 @@ from airflow_gpu_sched.emulator.resources.store import ADMISSION_START, cancel_w
 from airflow_gpu_sched.emulator.resources.store import history_view, parse_valid, refuse_unless_ended
 from airflow_gpu_sched.vertex.job_type_models import TrainingPipeline
 from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status
-from airflow_gpu_sched.vertex.rules import Violation, check_training_pipeline
+from airflow_gpu_sched.vertex.job_type_rules import check_training_pipeline
+from airflow_gpu_sched.vertex.rules import Violation
 
 S, P = JobState, PipelineState
 

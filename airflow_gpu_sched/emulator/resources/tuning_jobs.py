@@ -53,7 +53,7 @@ from airflow_gpu_sched.vertex.job_type_models import (
     TrialParameter,
 )
 from airflow_gpu_sched.vertex.models import CustomJob, JobState, Status, TrialState
-from airflow_gpu_sched.vertex.rules import check_tuning_job
+from airflow_gpu_sched.vertex.job_type_rules import check_tuning_job
 
 S = JobState
 STEP_COUNT = 100  # the final measurement's stepCount

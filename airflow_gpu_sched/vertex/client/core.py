@@ -43,14 +43,10 @@ from airflow_gpu_sched.vertex.models import (
     Operation,
     PersistentResource,
 )
+from airflow_gpu_sched.vertex.job_type_rules import validate_training_pipeline, validate_tuning_job
+from airflow_gpu_sched.vertex.persistent_rules import check_persistent_resource
 from airflow_gpu_sched.vertex.reservations import ComputeOperation, Reservation, ReservationList
-from airflow_gpu_sched.vertex.rules import (
-    SpecError,
-    check_persistent_resource,
-    validate_custom_job,
-    validate_training_pipeline,
-    validate_tuning_job,
-)
+from airflow_gpu_sched.vertex.rules import SpecError, validate_custom_job
 
 log = logging.getLogger("airflow_gpu_sched.client")  # the name users' logging configs know
 
@@ -150,7 +146,7 @@ class VertexApi:
 
     def create_hyperparameter_tuning_job(self, parent_or_project_location: str | tuple[str, str],
                                          job: HyperparameterTuningJob | Mapping[str, Any]) -> ApiCall:
-        """Checked against :func:`rules.check_tuning_job` first; the server picks the id, so a
+        """Checked against :func:`job_type_rules.check_tuning_job` first; the server picks the id, so a
         create is not safe to repeat (like customJobs.create)."""
         parent = _parent(parent_or_project_location)
         job = job if isinstance(job, HyperparameterTuningJob) else HyperparameterTuningJob.model_validate(job)
@@ -178,7 +174,7 @@ class VertexApi:
 
     def create_training_pipeline(self, parent_or_project_location: str | tuple[str, str],
                                  pipeline: TrainingPipeline | Mapping[str, Any]) -> ApiCall:
-        """Checked against :func:`rules.check_training_pipeline` first; not safe to repeat."""
+        """Checked against :func:`job_type_rules.check_training_pipeline` first; not safe to repeat."""
         parent = _parent(parent_or_project_location)
         pipeline = (pipeline if isinstance(pipeline, TrainingPipeline)
                     else TrainingPipeline.model_validate(pipeline))
