@@ -71,7 +71,7 @@ from airflow_gpu_sched.orchestration.catalog_prices import price_of  # noqa: E40
 from airflow_gpu_sched.orchestration.cheapest import cheapest_order, history_stats, spot_preemptions  # noqa: E402
 from airflow_gpu_sched.orchestration.learned_wait import learned_wait, reserve_of, share_slack  # noqa: E402
 from airflow_gpu_sched.orchestration.plan_types import MIN_FLEX_START_WAIT  # noqa: E402
-from airflow_gpu_sched.vertex.models import JobState  # noqa: E402
+from airflow_gpu_sched.vertex.enums import JobState  # noqa: E402
 
 GPU, GPUS = "NVIDIA_H100_80GB", 8
 C1, E4, W1 = "us-central1", "us-east4", "us-west1"

@@ -17,7 +17,7 @@ from airflow_gpu_sched.vertex.client import (
     VertexTransportError,
 )
 from airflow_gpu_sched.vertex.client.aio import shared_http_client
-from airflow_gpu_sched.vertex.models import JobState, Strategy
+from airflow_gpu_sched.vertex.enums import JobState, Strategy
 from airflow_gpu_sched.vertex.rules import SpecError
 from tests.conftest import LOCATION, PROJECT, load_seed
 

@@ -129,7 +129,7 @@ def test_the_check_above_sees_each_shape():
 
 class _Job:
     def __init__(self, name, labels, state="JOB_STATE_RUNNING", create_time="2026-01-01T00:00:00Z"):
-        from airflow_gpu_sched.vertex.models import JobState
+        from airflow_gpu_sched.vertex.enums import JobState
 
         self.name, self.labels, self.create_time = name, labels, create_time
         self.state = JobState(state)

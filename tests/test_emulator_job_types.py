@@ -12,13 +12,8 @@ import requests
 from airflow_gpu_sched.vertex import catalog
 from airflow_gpu_sched.vertex.client import AsyncVertexClient, PermissionDeniedError, RetryPolicy, VertexClient
 from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob, QuotaInfo, quota_limit
-from airflow_gpu_sched.vertex.models import (
-    CUSTOM_TASK_DEFINITION,
-    JobState,
-    PipelineState,
-    TrialState,
-    as_job_state,
-)
+from airflow_gpu_sched.vertex.enums import JobState, PipelineState, TrialState, as_job_state
+from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION
 from airflow_gpu_sched.vertex.rules import SpecError
 from tests.conformance import conformance_errors
 from tests.conftest import LOCATION, PROJECT

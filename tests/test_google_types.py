@@ -165,6 +165,7 @@ def _google_twins():
     from google.longrunning import operations_pb2
     from google.rpc import status_pb2
 
+    import airflow_gpu_sched.vertex.enums as en
     import airflow_gpu_sched.vertex.job_type_models as jtm
     import airflow_gpu_sched.vertex.models as m
 
@@ -176,12 +177,12 @@ def _google_twins():
               "CategoricalValueSpec": aip.StudySpec.ParameterSpec.CategoricalValueSpec,
               "DiscreteValueSpec": aip.StudySpec.ParameterSpec.DiscreteValueSpec,
               "TrialParameter": aip.Trial.Parameter, "MeasurementMetric": aip.Measurement.Metric}
-    enums = {m.Strategy: aip.Scheduling.Strategy, m.AcceleratorType: aip.AcceleratorType, m.JobState: aip.JobState,
-             m.PipelineState: aip.PipelineState, m.TrialState: aip.Trial.State,
-             m.GoalType: aip.StudySpec.MetricSpec.GoalType, m.SearchAlgorithm: aip.StudySpec.Algorithm,
-             m.ScaleType: aip.StudySpec.ParameterSpec.ScaleType,
-             m.MeasurementSelectionType: aip.StudySpec.MeasurementSelectionType,
-             m.PersistentResourceState: aip.PersistentResource.State}
+    enums = {en.Strategy: aip.Scheduling.Strategy, en.AcceleratorType: aip.AcceleratorType, en.JobState: aip.JobState,
+             en.PipelineState: aip.PipelineState, en.TrialState: aip.Trial.State,
+             en.GoalType: aip.StudySpec.MetricSpec.GoalType, en.SearchAlgorithm: aip.StudySpec.Algorithm,
+             en.ScaleType: aip.StudySpec.ParameterSpec.ScaleType,
+             en.MeasurementSelectionType: aip.StudySpec.MeasurementSelectionType,
+             en.PersistentResourceState: aip.PersistentResource.State}
     models = {}
     for module in (m, jtm):
         for name, cls in vars(module).items():
@@ -205,7 +206,7 @@ def test_every_field_our_models_can_send_is_a_field_of_googles_message():
 
 
 def test_our_enums_have_googles_names_and_numbers():
-    from airflow_gpu_sched.vertex.models import _ENUM_NUMBERS
+    from airflow_gpu_sched.vertex.enums import _ENUM_NUMBERS
 
     _, enums = _google_twins()
     for ours, google in enums.items():

@@ -9,17 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_gpu_sched.vertex.models import (
-    AcceleratorType,
-    CustomJob,
-    JobState,
-    PersistentResource,
-    Scheduling,
-    Strategy,
-    WorkerPoolSpec,
-    format_duration,
-    parse_duration,
-)
+from airflow_gpu_sched.vertex.enums import AcceleratorType, JobState, Strategy
+from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource, Scheduling, WorkerPoolSpec
+from airflow_gpu_sched.vertex.wire_scalars import format_duration, parse_duration
 from tests.conftest import load_seed
 
 

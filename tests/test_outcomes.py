@@ -18,7 +18,8 @@ from airflow_gpu_sched.orchestration.outcomes import (
     event_for_job,
     validate_event,
 )
-from airflow_gpu_sched.vertex.models import CustomJob, Status, format_timestamp
+from airflow_gpu_sched.vertex.models import CustomJob, Status
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 
 
 def _info(reason: str) -> list[dict]:

@@ -28,7 +28,8 @@ from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB, HYPERPARAMETER
 from airflow_gpu_sched.orchestration.outcomes import Event, event_for_job, event_kind
 from airflow_gpu_sched.orchestration.watch import JobWatch
 from airflow_gpu_sched.vertex.client import AsyncVertexClient, NotFoundError, VertexClient, aclose_shared_clients
-from airflow_gpu_sched.vertex.models import JobState, Operation
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import Operation
 
 PROJECT, LOCATION = "cloud-custodian", "us-central1"
 WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}

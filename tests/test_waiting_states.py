@@ -135,7 +135,7 @@ def test_every_state_neither_running_ending_nor_ended_is_waiting(state, waiting)
     ("JOB_STATE_CANCELLED", "JOB_STATE_PENDING")])
 def test_an_owner_that_says_running_is_shown_in_the_state_of_the_job_holding_its_gpus(job, shown):
     from airflow_gpu_sched.orchestration import state_times
-    from airflow_gpu_sched.vertex.models import JobState
+    from airflow_gpu_sched.vertex.enums import JobState
 
     own = JobState.JOB_STATE_RUNNING
     assert state_times.capacity_state(own, JobState(job) if job else None).value == shown

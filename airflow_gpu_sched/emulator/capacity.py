@@ -10,7 +10,7 @@ May import: vertex, emulator; never airflow.
 from __future__ import annotations
 
 from airflow_gpu_sched.emulator.scenario import TierCapacity
-from airflow_gpu_sched.vertex.models import Strategy
+from airflow_gpu_sched.vertex.enums import Strategy
 
 TIERS = ("standard", "spot", "flex_start")
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_gpu_sched.vertex import catalog
-from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE, AcceleratorType
+from airflow_gpu_sched.vertex.enums import AcceleratorType
+from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE
 
 REGIONS = ("us-central1", "us-east1", "us-east4", "us-east5", "us-west1", "us-west4", "europe-west4",
            "asia-southeast1")

@@ -34,7 +34,8 @@ from fastapi.responses import Response
 from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.limits import parse_json
 from airflow_gpu_sched.vertex.compute_schema import load as compute_table
-from airflow_gpu_sched.vertex.models import CustomJobSpec, format_timestamp
+from airflow_gpu_sched.vertex.models import CustomJobSpec
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 from airflow_gpu_sched.vertex.reservations import Reservation, fit
 from airflow_gpu_sched.vertex.strict_json import body_errors
 

@@ -27,7 +27,7 @@ import random
 from typing import Any
 
 from airflow_gpu_sched.vertex.job_type_models import ParameterSpec, StudySpec
-from airflow_gpu_sched.vertex.models import GoalType, ScaleType, SearchAlgorithm
+from airflow_gpu_sched.vertex.enums import GoalType, ScaleType, SearchAlgorithm
 
 TARGET = 0.7
 GRID_DOUBLE_POINTS = 5

@@ -30,7 +30,8 @@ from typing import Any
 
 from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.orchestration.job_types import job_type_of
-from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, format_timestamp
+from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "preemptions_lower_bound",
                "queued_seconds",

@@ -29,7 +29,8 @@ from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
 from airflow_gpu_sched.vertex import resource_names
-from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, JobState, VertexModel
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, VertexModel
 from airflow_gpu_sched.vertex.rules import Violation
 
 

@@ -62,7 +62,7 @@ class JobRow:
 
     @property
     def active(self) -> bool:
-        from airflow_gpu_sched.vertex.models import JobState
+        from airflow_gpu_sched.vertex.enums import JobState
 
         return self.state is not None and not JobState(self.state).is_terminal()
 

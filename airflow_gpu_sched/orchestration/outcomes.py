@@ -18,7 +18,8 @@ from typing import Any
 
 from airflow_gpu_sched.orchestration import failure_patterns, state_times
 from airflow_gpu_sched.orchestration.event_fields import public_resource
-from airflow_gpu_sched.vertex.models import CustomJob, JobState, Status
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import CustomJob, Status
 
 
 class Event(str, enum.Enum):

@@ -49,7 +49,7 @@ from airflow_gpu_sched.orchestration.plan_types import quota_failure as _quota_f
 from airflow_gpu_sched.orchestration.plans import PersistentResourceStep, RaceStep, ReservationStep, SpotStep, running_bound
 from airflow_gpu_sched.orchestration.race_engine import *  # noqa: F403 (a race's actions, events, effects)
 from airflow_gpu_sched.orchestration.resubmit import Verdict, classify
-from airflow_gpu_sched.vertex.models import format_duration
+from airflow_gpu_sched.vertex.wire_scalars import format_duration
 
 
 # ---------------------------------------------------------------------------------------- decide

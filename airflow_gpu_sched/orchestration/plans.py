@@ -34,7 +34,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from airflow_gpu_sched.vertex.models import Scheduling, parse_duration
+from airflow_gpu_sched.vertex.models import Scheduling
+from airflow_gpu_sched.vertex.wire_scalars import parse_duration
 from airflow_gpu_sched.vertex.rules import PERSISTENT_RESOURCE_ID, Violation
 
 STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD", "RESERVATION")

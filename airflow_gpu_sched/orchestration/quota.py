@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_gpu_sched.vertex.catalog import gpu_quota_metric
-from airflow_gpu_sched.vertex.models import AcceleratorType
+from airflow_gpu_sched.vertex.enums import AcceleratorType
 
 PREEMPTIBLE_STRATEGIES = frozenset({"FLEX_START", "SPOT"})
 UNLIMITED = -1  # Cloud Quotas reports a quota with no limit as -1

@@ -25,7 +25,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import CustomJob, JobState, Scheduling, format_timestamp
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import CustomJob, Scheduling
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 
 RUNNING = JobState.JOB_STATE_RUNNING.value
 CANCELLING = JobState.JOB_STATE_CANCELLING.value

@@ -31,7 +31,7 @@ def has_template(value: Any) -> bool:
 
 def duration(name: str, value: Any) -> timedelta | None:
     """``timedelta``, seconds, ``"1800s"``, ``"2h"``, ``"1h30m"`` (None stays None)."""
-    from airflow_gpu_sched.vertex.models import parse_duration
+    from airflow_gpu_sched.vertex.wire_scalars import parse_duration
 
     if value is None:
         return None

@@ -15,7 +15,8 @@ from typing import Any
 
 from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.vertex.defaults import TRANSIENT_ERROR_WINDOW  # noqa: F401 (its home for the watchers)
-from airflow_gpu_sched.vertex.models import CustomJob, JobState
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import CustomJob
 
 _BACK_TO_WAITING = {JobState.JOB_STATE_QUEUED, JobState.JOB_STATE_PENDING}
 

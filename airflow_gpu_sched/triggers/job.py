@@ -22,7 +22,7 @@ from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE, Event, canc
 from airflow_gpu_sched.orchestration.stops import cancelled_here, note_cancel
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers import got_capacity
-from airflow_gpu_sched.vertex.models import JobState
+from airflow_gpu_sched.vertex.enums import JobState
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too (``[triggerer] on_kill_timeout``, 30 s)
 ON_KILL_CANCEL_BUDGET = 20.0  # a cancel answered 429/5xx is retried this long, inside that bound

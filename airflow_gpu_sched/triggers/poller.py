@@ -40,7 +40,7 @@ from typing import Any
 
 from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB, JobType
 from airflow_gpu_sched.orchestration.ledger import MANAGED_LABEL, MANAGED_VALUE
-from airflow_gpu_sched.vertex.models import format_timestamp
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers import got_capacity
 from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, CustomJobTrigger, cancel_quietly
-from airflow_gpu_sched.vertex.models import JobState
+from airflow_gpu_sched.vertex.enums import JobState
 
 RACE_WON, RACE_ENDED = "race_won", "race_ended"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_gpu_sched.vertex.models import AcceleratorType as A
-from airflow_gpu_sched.vertex.models import Strategy
+from airflow_gpu_sched.vertex.enums import AcceleratorType as A
+from airflow_gpu_sched.vertex.enums import Strategy
 
 
 @dataclass(frozen=True)

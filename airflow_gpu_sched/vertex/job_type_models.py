@@ -15,22 +15,17 @@ from typing import Any
 
 from pydantic import Field
 
-from airflow_gpu_sched.vertex.models import (
-    CustomJobSpec,
-    Duration,
-    EnvVar,
+from airflow_gpu_sched.vertex.enums import (
     GoalType,
-    Int64,
     JobState,
     MeasurementSelectionType,
     PipelineState,
     ScaleType,
     SearchAlgorithm,
-    Status,
-    Timestamp,
     TrialState,
-    VertexModel,
 )
+from airflow_gpu_sched.vertex.models import CustomJobSpec, EnvVar, Status, VertexModel
+from airflow_gpu_sched.vertex.wire_scalars import Duration, Int64, Timestamp
 
 
 # --------------------------------------------------------------------------- hyperparameter tuning

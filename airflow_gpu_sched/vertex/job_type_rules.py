@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJobSpec, GoalType, SearchAlgorithm
+from airflow_gpu_sched.vertex.enums import GoalType, SearchAlgorithm
+from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJobSpec
 from airflow_gpu_sched.vertex.rules import (
     SpecError,
     Violation,

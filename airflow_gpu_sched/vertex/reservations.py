@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from airflow_gpu_sched.vertex.models import CustomJobSpec, Int64, VertexModel
+from airflow_gpu_sched.vertex.models import CustomJobSpec, VertexModel
+from airflow_gpu_sched.vertex.wire_scalars import Int64
 from airflow_gpu_sched.vertex.rules import Violation
 
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"

@@ -26,13 +26,8 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from airflow_gpu_sched.vertex import catalog
-from airflow_gpu_sched.vertex.models import (
-    CustomJob,
-    CustomJobSpec,
-    MachineSpec,
-    Strategy,
-    WorkerPoolSpec,
-)
+from airflow_gpu_sched.vertex.enums import Strategy
+from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, MachineSpec, WorkerPoolSpec
 
 MAX_DISPLAY_NAME = 128
 MAX_LABEL_LENGTH = 63

@@ -46,7 +46,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import MAX_DURATION_SECONDS
+from airflow_gpu_sched.vertex.wire_scalars import MAX_DURATION_SECONDS
 
 
 _WKT = "type.googleapis.com/google.protobuf."

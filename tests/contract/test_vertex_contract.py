@@ -28,7 +28,8 @@ import pytest
 
 from airflow_gpu_sched.orchestration.job_types import CUSTOM_JOB
 from airflow_gpu_sched.vertex.client import NotFoundError
-from airflow_gpu_sched.vertex.models import JobState, format_timestamp
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 from airflow_gpu_sched.vertex.rules import SpecError
 from tests.contract.conftest import AGAINST_GOOGLE, Target
 from tests.google_types import exchange_violations, format_violations

@@ -33,7 +33,8 @@ from airflow_gpu_sched.emulator.resources.store import (
     parse_valid,
     refuse_unless_ended,
 )
-from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec, JobState
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import CustomJob, CustomJobSpec
 from airflow_gpu_sched.vertex.rules import Violation, check_custom_job
 
 S = JobState

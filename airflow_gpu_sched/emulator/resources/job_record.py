@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.vertex.models import CustomJob, JobState
+from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.models import CustomJob
 
 
 @dataclass

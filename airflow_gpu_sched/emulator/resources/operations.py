@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow_gpu_sched.emulator.resources.store import Store, find
-from airflow_gpu_sched.vertex.models import Operation, format_timestamp
+from airflow_gpu_sched.vertex.models import Operation
+from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 
 
 class Operations:

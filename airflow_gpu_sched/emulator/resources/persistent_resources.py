@@ -19,7 +19,8 @@ from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.resources.listing import offset_list
 from airflow_gpu_sched.emulator.resources.operations import Operations
 from airflow_gpu_sched.emulator.resources.store import Store, error_status, find, parse_valid
-from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource, PersistentResourceState
+from airflow_gpu_sched.vertex.enums import PersistentResourceState
+from airflow_gpu_sched.vertex.models import CustomJob, PersistentResource
 from airflow_gpu_sched.vertex.persistent_rules import check_persistent_fit, check_persistent_resource
 from airflow_gpu_sched.vertex.rules import Violation
 

@@ -37,7 +37,8 @@ from airflow_gpu_sched.emulator.resources.model_registry import Models, Registra
 from airflow_gpu_sched.emulator.resources.store import ADMISSION_START, cancel_wanted, cancelled_status, find
 from airflow_gpu_sched.emulator.resources.store import history_view, parse_valid, refuse_unless_ended
 from airflow_gpu_sched.vertex.job_type_models import TrainingPipeline
-from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, JobState, PipelineState, Status
+from airflow_gpu_sched.vertex.enums import JobState, PipelineState
+from airflow_gpu_sched.vertex.models import RPC_STATUS, CustomJob, Status
 from airflow_gpu_sched.vertex.job_type_rules import check_training_pipeline
 from airflow_gpu_sched.vertex.rules import Violation
 

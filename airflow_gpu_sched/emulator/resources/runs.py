@@ -44,7 +44,9 @@ from airflow_gpu_sched.emulator.api_errors import cancel_failure
 from airflow_gpu_sched.emulator.resources.holds import Holds
 from airflow_gpu_sched.emulator.resources.job_record import JobRecord
 from airflow_gpu_sched.emulator.resources.store import ANY_EPOCH, Store, cancelled_status, error_status
-from airflow_gpu_sched.vertex.models import JobState, Scheduling, Status, Strategy, format_duration
+from airflow_gpu_sched.vertex.enums import JobState, Strategy
+from airflow_gpu_sched.vertex.models import Scheduling, Status
+from airflow_gpu_sched.vertex.wire_scalars import format_duration
 
 S = JobState
 Watcher = Callable[[JobRecord, datetime], None]

@@ -52,7 +52,8 @@ from airflow_gpu_sched.vertex.job_type_models import (
     Trial,
     TrialParameter,
 )
-from airflow_gpu_sched.vertex.models import CustomJob, JobState, Status, TrialState
+from airflow_gpu_sched.vertex.enums import JobState, TrialState
+from airflow_gpu_sched.vertex.models import CustomJob, Status
 from airflow_gpu_sched.vertex.job_type_rules import check_tuning_job
 
 S = JobState

@@ -30,7 +30,8 @@ from airflow_gpu_sched.vertex.client.errors import (
     VertexError,
     VertexTransportError,
 )
-from airflow_gpu_sched.vertex.models import Status, parse_duration
+from airflow_gpu_sched.vertex.models import Status
+from airflow_gpu_sched.vertex.wire_scalars import parse_duration
 
 log = logging.getLogger("airflow_gpu_sched.client")  # the name users' logging configs know
 
