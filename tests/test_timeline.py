@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_sched.vertex.timeline import (
+from airflow_gpu_sched.drawing.timeline import (
     MARKS, Night, Picture, attempt_from_history, layout, night_from_results, task_from_attempts,
     task_from_result, text_width, to_svg)
 

@@ -5,7 +5,7 @@ regular expressions rather than FastAPI path templates, which cannot split ``:ve
 Every Vertex route counts in ``/emulator/v1/stats`` and is subject to injected faults;
 control routes (``/emulator/v1/...``) are neither. ``traffic.py`` records Vertex exchanges on request.
 
-May import: vertex, emulator; never airflow.
+May import: vertex, drawing, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -447,8 +447,8 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
         return Response(render(backend), media_type="text/html")
 
     async def timeline_svg(request: Request) -> Response:
-        from airflow_gpu_sched.emulator.timeline import nights
-        from airflow_gpu_sched.vertex.timeline import svg
+        from airflow_gpu_sched.emulator.nights import nights
+        from airflow_gpu_sched.drawing.timeline import svg
 
         backend.advance()
         return Response(svg(nights(backend), "Vertex AI emulator: jobs"), media_type="image/svg+xml")

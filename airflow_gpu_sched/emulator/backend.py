@@ -8,7 +8,7 @@ emulator-only views (stats, a job's history, the timeline) are methods here.
 Job life cycle and its variants: ``resources/runs.py``; tuning jobs, training pipelines and
 models: ``resources/tuning_jobs.py``, ``resources/pipelines.py``, ``resources/model_registry.py``.
 
-May import: vertex, emulator; never airflow.
+May import: vertex, drawing, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from airflow_gpu_sched.emulator.resources.store import Store
 from airflow_gpu_sched.emulator.resources.tuning_jobs import TuningJobs
 from airflow_gpu_sched.emulator.scenario import Scenario
 
-__all__ = ["Backend", "JobRecord", "ResourceRecord"]  # JobRecord: where emulator/timeline.py found it
+__all__ = ["Backend", "JobRecord", "ResourceRecord"]  # JobRecord: where emulator/nights.py found it
 
 
 class Backend:
@@ -153,7 +153,7 @@ class Backend:
 
     def timeline_rows(self) -> list:
         """Every job, newest first, as timeline rows (for the dashboard and the SVG)."""
-        from airflow_gpu_sched.vertex.timeline import Row, segments_from_history
+        from airflow_gpu_sched.drawing.timeline import Row, segments_from_history
 
         now = self.clock.now()
         return [Row(f"{record.job.display_name} ({record.job.job_id})", record.strategy_name,

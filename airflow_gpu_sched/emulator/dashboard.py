@@ -4,7 +4,7 @@ Every job with its strategy, state and a timeline bar (queued / provisioning / r
 preempted), GPU capacity per accelerator and tier (used of total), and persistent resource
 pools with their used replicas.
 
-May import: vertex, emulator; never airflow.
+May import: vertex, drawing, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 
 from airflow_gpu_sched.emulator.backend import Backend
-from airflow_gpu_sched.vertex.timeline import COLOURS, Row
+from airflow_gpu_sched.drawing.timeline import COLOURS, Row
 
 MAX_ROWS = 300
 CSS = """

@@ -39,7 +39,7 @@ RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "pree
                "times")
 ATTEMPT_KEYS = ("job_name", "strategy", "location", "state", "create_time", "start_time", "end_time",
                 "queued_seconds", "run_seconds", "gpu_hours", "cost", "error",
-                # for the timeline (vertex/timeline.py): how the attempt ended, restarts seen, on what
+                # for the timeline (drawing/timeline.py): how the attempt ended, restarts seen, on what
                 "outcome", "restarts_observed", "accelerator_type",
                 # when it got capacity as observed, and whether that is exact or bounded by a poll
                 "running_since", "times")

@@ -5,7 +5,7 @@ commands (``jobs``, ``plan``, ``quota``; also under ``airflow gpu-sched``, tools
 command runs inside :func:`reported`, the one error handler (tools/exit_codes.py: which
 exception is which exit code).
 
-May import: vertex, orchestration, emulator, tools; never airflow.
+May import: vertex, drawing, orchestration, emulator, tools; never airflow.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    from airflow_gpu_sched.vertex.timeline import svg as draw
+    from airflow_gpu_sched.drawing.timeline import svg as draw
 
     svg = _emulator_svg(args.emulator) if args.emulator else draw([_xcom_night(args)], "training timeline")
     with open(args.out, "w") as handle:  # only once the drawing is in hand: no error page saved as the SVG
@@ -112,7 +112,7 @@ def _emulator_svg(base_url: str) -> str:
 def _xcom_night(args: argparse.Namespace) -> Any:
     import json
 
-    from airflow_gpu_sched.vertex.timeline import night_from_results
+    from airflow_gpu_sched.drawing.timeline import night_from_results
 
     with open(args.xcom) as handle:
         try:

@@ -12,7 +12,7 @@ the time saved, and prints a summary per training task.
 (FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
 one-replica persistent pool), each state change printed in emulated time.
 
-May import: vertex, emulator, tools; never airflow.
+May import: vertex, drawing, emulator, tools; never airflow.
 """
 
 from __future__ import annotations
@@ -296,8 +296,8 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
               f"{'; '.join(streamed[1:3])}")
 
         from airflow_gpu_sched.emulator.dashboard import render
-        from airflow_gpu_sched.emulator.timeline import nights
-        from airflow_gpu_sched.vertex.timeline import svg
+        from airflow_gpu_sched.emulator.nights import nights
+        from airflow_gpu_sched.drawing.timeline import svg
 
         (out / "timeline.svg").write_text(svg(nights(emulator.backend), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))

@@ -2,7 +2,7 @@
 HTML (the shared timeline SVG, then a table of who waited for GPUs, how long, on what, at what
 cost). No I/O here: :mod:`airflow_gpu_sched.ui.source` fetches, this only lays out.
 
-May import: vertex, ui; never airflow.
+May import: vertex, drawing, ui; never airflow.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from airflow_gpu_sched.ui.source import RunRecord, TaskRecord
 from airflow_gpu_sched.vertex.console import DEFAULT_DOMAIN, is_console_url
-from airflow_gpu_sched.vertex.timeline import Night, Task, svg, task_from_result
+from airflow_gpu_sched.drawing.timeline import Night, Task, svg, task_from_result
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2430;background:#fff}

@@ -1,16 +1,16 @@
 """The emulator's jobs as timeline nights: one night per DAG run (the jobs' ``airflow-dag`` and
 ``airflow-run`` labels), one task per ``airflow-task``, its jobs as attempts (a tuning job's
 trials as trials), each with its exact state history; jobs without those labels go to "other
-jobs". The picture is drawn by :mod:`airflow_gpu_sched.vertex.timeline`.
+jobs". The picture is drawn by :mod:`airflow_gpu_sched.drawing.timeline`.
 
-May import: vertex, emulator; never airflow.
+May import: drawing, emulator; never airflow.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_gpu_sched.vertex.timeline import Attempt, Night, Task, attempt_from_history, task_from_attempts
+from airflow_gpu_sched.drawing.timeline import Attempt, Night, Task, attempt_from_history, task_from_attempts
 
 if TYPE_CHECKING:
     from airflow_gpu_sched.emulator.backend import Backend
