@@ -58,15 +58,15 @@ def test_entries_come_in_timestamp_order_across_pages(emulator):
     emulator.start_traffic()
     flt = cloud_logging.jobs_filter([cloud_logging.job_id_of(name)])
     with _client(emulator) as client:
-        whole = client.list_log_entries_page(flt, 1000).entries
+        whole = client.list_log_entries_page(flt, page_size=1000).entries
         paged, token = [], None
         while True:
-            page = client.list_log_entries_page(flt, 2, token)
+            page = client.list_log_entries_page(flt, page_size=2, page_token=token)
             assert len(page.entries) <= 2
             paged += page.entries
             if not (token := page.next_page_token):
                 break
-        newest_first = client.list_log_entries_page(flt, 1000, order_by="timestamp desc").entries
+        newest_first = client.list_log_entries_page(flt, page_size=1000, order_by="timestamp desc").entries
     assert [e.key for e in paged] == [e.key for e in whole] == sorted(e.key for e in whole)
     assert [e.key for e in newest_first] == [e.key for e in reversed(whole)]
     assert {e.replica for e in whole} == {"workerpool0-0", "workerpool1-0", "workerpool1-1", "service"}
@@ -90,11 +90,11 @@ def test_the_filter_picks_jobs_replicas_severities_and_times(emulator):
     other = _ended_job(emulator)
     ids = [cloud_logging.job_id_of(n) for n in (failed, other)]
     with _client(emulator) as client:
-        both = client.list_log_entries_page(cloud_logging.jobs_filter(ids), 1000).entries
-        errors = client.list_log_entries_page(cloud_logging.jobs_filter(ids, min_severity="ERROR"), 1000).entries
+        both = client.list_log_entries_page(cloud_logging.jobs_filter(ids), page_size=1000).entries
+        errors = client.list_log_entries_page(cloud_logging.jobs_filter(ids, min_severity="ERROR"), page_size=1000).entries
         replica = client.list_log_entries_page(cloud_logging.jobs_filter(ids[:1], replica="workerpool1-0"),
-                                               1000).entries
-        later = client.list_log_entries_page(cloud_logging.jobs_filter(ids, since=both[3].timestamp), 1000).entries
+                                               page_size=1000).entries
+        later = client.list_log_entries_page(cloud_logging.jobs_filter(ids, since=both[3].timestamp), page_size=1000).entries
     assert {e.job_id for e in both} == set(ids)
     assert errors and all(e.severity == "ERROR" and e.job_id == ids[0] for e in errors)
     assert any("RuntimeError: training failed" in e.message for e in errors)
@@ -126,7 +126,7 @@ def test_refusals_in_googles_words(emulator, body, said):
 
 def test_the_client_raises_a_refused_filter_as_invalid_argument(emulator):
     with _client(emulator) as client, pytest.raises(InvalidArgumentError, match="Unparseable filter"):
-        client.list_log_entries_page('resource.labels.job_id=("1" OR', 10)
+        client.list_log_entries_page('resource.labels.job_id=("1" OR', page_size=10)
 
 
 def test_a_resource_name_is_required(emulator):
@@ -228,7 +228,7 @@ async def test_a_restarted_trigger_resumes_after_the_last_line_written(fast_emul
     written = [line for line in before.lines + after.lines if line.startswith("[")]
     with _client(fast_emulator) as client:
         every = client.list_log_entries_page(cloud_logging.jobs_filter([cloud_logging.job_id_of(name)]),
-                                             1000).entries
+                                             page_size=1000).entries
     expected = [f"[{e.replica} {e.severity}] {e.message}" for e in every]
     assert written == expected  # none repeated, none dropped, in order
     assert any(line.startswith("job log: going on after") for line in after.lines)
@@ -251,7 +251,7 @@ async def test_the_cap_says_how_many_lines_it_skipped(fast_emulator):
     skipped = int(re.search(r"skipped (\d+) job log line", notes[0]).group(1))
     with _client(fast_emulator) as client:
         total = len(client.list_log_entries_page(cloud_logging.jobs_filter([cloud_logging.job_id_of(name)]),
-                                                 1000).entries)
+                                                 page_size=1000).entries)
     assert skipped == total - 3
 
 

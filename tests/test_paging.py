@@ -183,7 +183,7 @@ def _seed_every_collection(emulator) -> dict[str, set[str]]:
 def test_every_sync_lister_pages_through_empty_pages_to_the_end(emulator):
     seeded = _seed_every_collection(emulator)
     with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url) as client:
-        first = client.list_custom_jobs_page(None, 2, None)
+        first = client.list_custom_jobs_page(page_size=2)
         assert first.custom_jobs == [] and first.next_page_token  # the variant is on
         listed = [j.name for j in client.list_custom_jobs(page_size=2)]
         every = {j["name"] for p in _pages(emulator, "customJobs", pageSize=1000) for j in p.get("customJobs", [])}

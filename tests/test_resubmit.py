@@ -172,7 +172,7 @@ def test_the_emulator_fails_a_job_with_the_given_exit_code_message_and_log_lines
         flt = cloud_logging.jobs_filter([names[0].rsplit("/", 1)[1]], min_severity="ERROR")
         lines, token = [], None
         for _ in range(100):  # pages may be short or empty and still go on (variant listPages: short)
-            page = client.list_log_entries_page(flt, 50, token)
+            page = client.list_log_entries_page(flt, page_size=50, page_token=token)
             lines += [e.text_payload for e in page.entries]
             if not (token := page.next_page_token):
                 break

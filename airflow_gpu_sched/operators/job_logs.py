@@ -102,7 +102,8 @@ def _newest(client: Any, flt: str, want: int, project: str) -> list[Any]:
     found: list[Any] = []
     token = None
     for _ in range(MAX_CALLS):
-        page = client.list_log_entries_page(flt, want - len(found), token, order_by="timestamp desc", project=project)
+        page = client.list_log_entries_page(flt, page_size=want - len(found), page_token=token, order_by="timestamp desc",
+                                           project=project)
         found += page.entries
         if len(found) >= want or not (token := page.next_page_token):
             break

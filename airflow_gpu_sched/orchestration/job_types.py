@@ -129,7 +129,8 @@ class JobType:
 
     def list_page(self, client: Any, filter: str, page_size: int, page_token: str | None,
                   read_mask: str | None = None) -> Any:
-        return getattr(client, f"list_{self.key}s_page")(filter, page_size, page_token, read_mask)
+        return getattr(client, f"list_{self.key}s_page")(filter=filter, page_size=page_size, page_token=page_token,
+                                                          read_mask=read_mask)
 
     def list_all(self, client: Any, filter: str, page_size: int = 100) -> Iterator[Any]:
         """Every resource matching ``filter`` (sync client), page after page until no token: a page

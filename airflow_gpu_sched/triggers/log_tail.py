@@ -134,8 +134,8 @@ class SharedLogTailer:
             flt = cloud_logging.jobs_filter(batch, since)
             token = None
             while True:
-                page = await self._client.list_log_entries_page(flt, cloud_logging.MAX_PAGE_SIZE, token,
-                                                                project=self.project)
+                page = await self._client.list_log_entries_page(flt, page_size=cloud_logging.MAX_PAGE_SIZE,
+                                                                page_token=token, project=self.project)
                 self.calls += 1
                 for entry in page.entries:
                     if entry.job_id in found:
@@ -164,7 +164,8 @@ async def read_all(client: Any, project: str, job_id: str, position: LogPosition
     flt = cloud_logging.jobs_filter([job_id], position.timestamp)
     found, token = [], None
     while True:
-        page = await client.list_log_entries_page(flt, cloud_logging.MAX_PAGE_SIZE, token, project=project)
+        page = await client.list_log_entries_page(flt, page_size=cloud_logging.MAX_PAGE_SIZE, page_token=token,
+                                                  project=project)
         found += page.entries
         if not (token := page.next_page_token):
             return found

@@ -128,73 +128,53 @@ class AsyncVertexClient(ClientMethods):
                                       response.headers.get("Retry-After"))
         return parse_success_body(response.content, info)
 
-    # --- paging and waiting
+    # --- paging (the one loop of this face) and waiting
 
-    async def list_custom_jobs(self, filter: str | None = None, page_size: int | None = None,
-                               project: str | None = None, location: str | None = None,
-                               read_mask: str | None = None) -> AsyncIterator[CustomJob]:
+    async def _pages(self, page: Callable[..., Any], items: str, **arguments: Any) -> AsyncIterator[Any]:
+        """The ``items`` of every page ``await page(page_token=..., **arguments)`` returns, until
+        a page has no token: a page may be short or empty and still carry one (AIP-158)."""
         token = None
         while True:
-            page = await self.list_custom_jobs_page(filter, page_size, token, read_mask, project, location)
-            for job in page.custom_jobs:
-                yield job
-            if not (token := page.next_page_token):
+            found = await page(page_token=token, **arguments)
+            for item in getattr(found, items):
+                yield item
+            if not (token := found.next_page_token):
                 return
 
-    async def list_persistent_resources(self, page_size: int | None = None, project: str | None = None,
-                                        location: str | None = None) -> AsyncIterator[PersistentResource]:
-        token = None
-        while True:
-            page = await self.list_persistent_resources_page(page_size, token, project, location)
-            for resource in page.persistent_resources:
-                yield resource
-            if not (token := page.next_page_token):
-                return
+    def list_custom_jobs(self, filter: str | None = None, page_size: int | None = None,
+                         project: str | None = None, location: str | None = None,
+                         read_mask: str | None = None) -> AsyncIterator[CustomJob]:
+        return self._pages(self.list_custom_jobs_page, "custom_jobs", filter=filter, page_size=page_size,
+                           read_mask=read_mask, project=project, location=location)
 
-    async def list_hyperparameter_tuning_jobs(self, filter: str | None = None, page_size: int | None = None,
-                                              project: str | None = None, location: str | None = None,
-                                              read_mask: str | None = None) -> AsyncIterator[HyperparameterTuningJob]:
-        token = None
-        while True:
-            page = await self.list_hyperparameter_tuning_jobs_page(filter, page_size, token, read_mask, project,
-                                                                   location)
-            for job in page.hyperparameter_tuning_jobs:
-                yield job
-            if not (token := page.next_page_token):
-                return
+    def list_persistent_resources(self, page_size: int | None = None, project: str | None = None,
+                                  location: str | None = None) -> AsyncIterator[PersistentResource]:
+        return self._pages(self.list_persistent_resources_page, "persistent_resources", page_size=page_size,
+                           project=project, location=location)
 
-    async def list_training_pipelines(self, filter: str | None = None, page_size: int | None = None,
-                                      project: str | None = None, location: str | None = None,
-                                      read_mask: str | None = None) -> AsyncIterator[TrainingPipeline]:
-        token = None
-        while True:
-            page = await self.list_training_pipelines_page(filter, page_size, token, read_mask, project, location)
-            for pipeline in page.training_pipelines:
-                yield pipeline
-            if not (token := page.next_page_token):
-                return
+    def list_hyperparameter_tuning_jobs(self, filter: str | None = None, page_size: int | None = None,
+                                        project: str | None = None, location: str | None = None,
+                                        read_mask: str | None = None) -> AsyncIterator[HyperparameterTuningJob]:
+        return self._pages(self.list_hyperparameter_tuning_jobs_page, "hyperparameter_tuning_jobs", filter=filter,
+                           page_size=page_size, read_mask=read_mask, project=project, location=location)
 
-    async def list_models(self, filter: str | None = None, page_size: int | None = None,
-                          project: str | None = None, location: str | None = None,
-                          read_mask: str | None = None) -> AsyncIterator[Model]:
-        token = None
-        while True:
-            page = await self.list_models_page(filter, page_size, token, project, location, read_mask)
-            for model in page.models:
-                yield model
-            if not (token := page.next_page_token):
-                return
+    def list_training_pipelines(self, filter: str | None = None, page_size: int | None = None,
+                                project: str | None = None, location: str | None = None,
+                                read_mask: str | None = None) -> AsyncIterator[TrainingPipeline]:
+        return self._pages(self.list_training_pipelines_page, "training_pipelines", filter=filter,
+                           page_size=page_size, read_mask=read_mask, project=project, location=location)
+
+    def list_models(self, filter: str | None = None, page_size: int | None = None,
+                    project: str | None = None, location: str | None = None,
+                    read_mask: str | None = None) -> AsyncIterator[Model]:
+        return self._pages(self.list_models_page, "models", filter=filter, page_size=page_size,
+                           read_mask=read_mask, project=project, location=location)
 
     async def list_quota_infos(self, project: str | None = None,
                                service: str = AIPLATFORM_SERVICE) -> list[QuotaInfo]:
         """Every QuotaInfo of ``service`` (all pages). Raises :class:`PermissionDeniedError` on 403."""
-        found: list[QuotaInfo] = []
-        token = None
-        while True:
-            page = await self.list_quota_infos_page(project, service, None, token)
-            found += page.quota_infos
-            if not (token := page.next_page_token):
-                return found
+        return [info async for info in self._pages(self.list_quota_infos_page, "quota_infos", project=project,
+                                                   service=service)]
 
     async def wait_operation(self, name: str | Operation, timeout: float = 600, poll: float = 1.0) -> Operation:
         """Poll until done. Raises the operation's error as a :class:`VertexApiError`

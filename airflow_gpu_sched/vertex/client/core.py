@@ -284,7 +284,11 @@ class ClientMethods:
     """The client methods both faces share. Each body is ``self._execute(call, parse)``: the
     sync face returns the parsed value, the async face returns an awaitable of it, so
     ``client.get_custom_job(name)`` and ``await aclient.get_custom_job(name)`` both work.
-    Paging iterators and ``wait_operation`` differ in kind and live in each face."""
+    Paging iterators and ``wait_operation`` differ in kind and live in each face (one paging
+    helper each, over these ``*_page`` methods). A ``*_page`` method takes its resource's
+    required arguments, then keyword-only arguments in one order: ``filter``, the page size
+    (``page_size``; compute's ``max_results``), ``page_token``, what else the call reads
+    (``read_mask``, ``order_by``, ``currency_code``), ``project``, ``location``."""
 
     api: VertexApi
     project: str | None
@@ -315,7 +319,7 @@ class ClientMethods:
     def get_custom_job(self, name: str) -> CustomJob:
         return self._execute(self.api.get_custom_job(self._expand(name, "customJobs")), CustomJob.model_validate)
 
-    def list_custom_jobs_page(self, filter: str | None = None, page_size: int | None = None,
+    def list_custom_jobs_page(self, *, filter: str | None = None, page_size: int | None = None,
                               page_token: str | None = None, read_mask: str | None = None,
                               project: str | None = None, location: str | None = None) -> ListCustomJobsResponse:
         call = self.api.list_custom_jobs(self._parent(project, location), filter, page_size, page_token, read_mask)
@@ -338,7 +342,7 @@ class ClientMethods:
         call = self.api.get_persistent_resource(self._expand(name_or_id, "persistentResources"))
         return self._execute(call, PersistentResource.model_validate)
 
-    def list_persistent_resources_page(self, page_size: int | None = None, page_token: str | None = None,
+    def list_persistent_resources_page(self, *, page_size: int | None = None, page_token: str | None = None,
                                        project: str | None = None,
                                        location: str | None = None) -> ListPersistentResourcesResponse:
         call = self.api.list_persistent_resources(self._parent(project, location), page_size, page_token)
@@ -362,7 +366,7 @@ class ClientMethods:
         call = self.api.get_hyperparameter_tuning_job(self._expand(name, "hyperparameterTuningJobs"))
         return self._execute(call, HyperparameterTuningJob.model_validate)
 
-    def list_hyperparameter_tuning_jobs_page(self, filter: str | None = None, page_size: int | None = None,
+    def list_hyperparameter_tuning_jobs_page(self, *, filter: str | None = None, page_size: int | None = None,
                                              page_token: str | None = None, read_mask: str | None = None,
                                              project: str | None = None,
                                              location: str | None = None) -> ListHyperparameterTuningJobsResponse:
@@ -391,7 +395,7 @@ class ClientMethods:
         call = self.api.get_training_pipeline(self._expand(name, "trainingPipelines"))
         return self._execute(call, TrainingPipeline.model_validate)
 
-    def list_training_pipelines_page(self, filter: str | None = None, page_size: int | None = None,
+    def list_training_pipelines_page(self, *, filter: str | None = None, page_size: int | None = None,
                                      page_token: str | None = None, read_mask: str | None = None,
                                      project: str | None = None,
                                      location: str | None = None) -> ListTrainingPipelinesResponse:
@@ -412,15 +416,15 @@ class ClientMethods:
         """A model by name, ``name@VERSION`` or bare id (with this client's project/location)."""
         return self._execute(self.api.get_model(self._expand(name, "models")), Model.model_validate)
 
-    def list_models_page(self, filter: str | None = None, page_size: int | None = None,
-                         page_token: str | None = None, project: str | None = None,
-                         location: str | None = None, read_mask: str | None = None) -> ListModelsResponse:
+    def list_models_page(self, *, filter: str | None = None, page_size: int | None = None,
+                         page_token: str | None = None, read_mask: str | None = None,
+                         project: str | None = None, location: str | None = None) -> ListModelsResponse:
         call = self.api.list_models(self._parent(project, location), filter, page_size, page_token, read_mask)
         return self._execute(call, ListModelsResponse.model_validate)
 
     # --- Cloud Logging (logging v2 entries:list; shapes in vertex.cloud_logging)
 
-    def list_log_entries_page(self, filter: str, page_size: int | None = None, page_token: str | None = None,
+    def list_log_entries_page(self, filter: str, *, page_size: int | None = None, page_token: str | None = None,
                               order_by: str = "timestamp asc", project: str | None = None) -> Any:
         """One page of ``entries:list`` in ``projects/{project}`` -> ``ListLogEntriesResponse``."""
         from airflow_gpu_sched.vertex import cloud_logging
@@ -435,7 +439,7 @@ class ClientMethods:
 
     # --- Cloud Quotas
 
-    def list_quota_infos_page(self, project: str | None = None, service: str = AIPLATFORM_SERVICE,
+    def list_quota_infos_page(self, project: str | None = None, service: str = AIPLATFORM_SERVICE, *,
                               page_size: int | None = None, page_token: str | None = None) -> ListQuotaInfosResponse:
         project = project or self.project
         if not project:
@@ -445,7 +449,7 @@ class ClientMethods:
 
     # --- Cloud Billing catalog
 
-    def list_skus_page(self, service: str, page_size: int | None = None, page_token: str | None = None,
+    def list_skus_page(self, service: str, *, page_size: int | None = None, page_token: str | None = None,
                        currency_code: str | None = None) -> ListSkusResponse:
         return self._execute(self.api.list_skus(service, page_size, page_token, currency_code),
                              ListSkusResponse.model_validate)
@@ -455,7 +459,7 @@ class ClientMethods:
     def get_reservation(self, name: str) -> Reservation:
         return self._execute(self.api.get_reservation(name), Reservation.model_validate)
 
-    def list_reservations_page(self, zone: str, page_token: str | None = None, max_results: int | None = None,
+    def list_reservations_page(self, zone: str, *, max_results: int | None = None, page_token: str | None = None,
                                project: str | None = None) -> ReservationList:
         project = project or self.project
         if not project:

@@ -5,6 +5,7 @@ May import: vertex; never airflow.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -110,79 +111,60 @@ class VertexClient(ClientMethods):
                                       response.headers.get("Retry-After"))
         return parse_success_body(response.content, info)
 
-    # --- paging and waiting (generators differ between the faces)
+    # --- paging (the one loop of this face) and waiting
+
+    def _pages(self, page: Callable[..., Any], items: str, max_pages: int | None = None, what: str = "",
+               **arguments: Any) -> Iterator[Any]:
+        """The ``items`` of every page ``page(page_token=..., **arguments)`` returns, until a page
+        has no token: a page may be short or empty and still carry one (AIP-158). Lazy: the
+        first request goes out at the first item."""
+        token = None
+        for _ in range(max_pages) if max_pages else itertools.count():
+            found = page(page_token=token, **arguments)
+            yield from getattr(found, items)
+            if not (token := found.next_page_token):
+                return
+        raise VertexError(f"{what} did not end within {max_pages} pages")
 
     def list_custom_jobs(self, filter: str | None = None, page_size: int | None = None,
                          project: str | None = None, location: str | None = None,
                          read_mask: str | None = None) -> Iterator[CustomJob]:
-        token = None
-        while True:
-            page = self.list_custom_jobs_page(filter, page_size, token, read_mask, project, location)
-            yield from page.custom_jobs
-            if not (token := page.next_page_token):
-                return
+        return self._pages(self.list_custom_jobs_page, "custom_jobs", filter=filter, page_size=page_size,
+                           read_mask=read_mask, project=project, location=location)
 
     def list_persistent_resources(self, page_size: int | None = None, project: str | None = None,
                                   location: str | None = None) -> Iterator[PersistentResource]:
-        token = None
-        while True:
-            page = self.list_persistent_resources_page(page_size, token, project, location)
-            yield from page.persistent_resources
-            if not (token := page.next_page_token):
-                return
+        return self._pages(self.list_persistent_resources_page, "persistent_resources", page_size=page_size,
+                           project=project, location=location)
 
     def list_hyperparameter_tuning_jobs(self, filter: str | None = None, page_size: int | None = None,
                                         project: str | None = None, location: str | None = None,
                                         read_mask: str | None = None) -> Iterator[HyperparameterTuningJob]:
         """Every tuning job matching ``filter``, newest first (lists carry no ``trials``)."""
-        token = None
-        while True:
-            page = self.list_hyperparameter_tuning_jobs_page(filter, page_size, token, read_mask, project, location)
-            yield from page.hyperparameter_tuning_jobs
-            if not (token := page.next_page_token):
-                return
+        return self._pages(self.list_hyperparameter_tuning_jobs_page, "hyperparameter_tuning_jobs", filter=filter,
+                           page_size=page_size, read_mask=read_mask, project=project, location=location)
 
     def list_training_pipelines(self, filter: str | None = None, page_size: int | None = None,
                                 project: str | None = None, location: str | None = None,
                                 read_mask: str | None = None) -> Iterator[TrainingPipeline]:
-        token = None
-        while True:
-            page = self.list_training_pipelines_page(filter, page_size, token, read_mask, project, location)
-            yield from page.training_pipelines
-            if not (token := page.next_page_token):
-                return
+        return self._pages(self.list_training_pipelines_page, "training_pipelines", filter=filter,
+                           page_size=page_size, read_mask=read_mask, project=project, location=location)
 
     def list_models(self, filter: str | None = None, page_size: int | None = None, project: str | None = None,
                     location: str | None = None, read_mask: str | None = None) -> Iterator[Model]:
-        token = None
-        while True:
-            page = self.list_models_page(filter, page_size, token, project, location, read_mask)
-            yield from page.models
-            if not (token := page.next_page_token):
-                return
+        return self._pages(self.list_models_page, "models", filter=filter, page_size=page_size,
+                           read_mask=read_mask, project=project, location=location)
 
     def list_quota_infos(self, project: str | None = None, service: str = AIPLATFORM_SERVICE) -> list[QuotaInfo]:
         """Every QuotaInfo of ``service`` (all pages), from the Cloud Quotas API. Raises
         :class:`PermissionDeniedError` when the caller may not read quotas (403)."""
-        found: list[QuotaInfo] = []
-        token = None
-        while True:
-            page = self.list_quota_infos_page(project, service, None, token)
-            found += page.quota_infos
-            if not (token := page.next_page_token):
-                return found
+        return list(self._pages(self.list_quota_infos_page, "quota_infos", project=project, service=service))
 
     def list_skus(self, service: str, currency_code: str | None = None, max_pages: int = 100) -> list[Any]:
         """Every Sku of a billing ``service`` (all pages, at most ``max_pages``: a catalog that
         never ends is refused, not followed forever)."""
-        found: list[Any] = []
-        token = None
-        for _ in range(max_pages):
-            page = self.list_skus_page(service, None, token, currency_code)
-            found += page.skus
-            if not (token := page.next_page_token):
-                return found
-        raise VertexError(f"skus.list of {service} did not end within {max_pages} pages")
+        return list(self._pages(self.list_skus_page, "skus", max_pages, f"skus.list of {service}", service=service,
+                                currency_code=currency_code))
 
     def wait_operation(self, name: str | Operation, timeout: float = 600, poll: float = 1.0) -> Operation:
         """Poll until done. Raises the operation's error as a :class:`VertexApiError`
