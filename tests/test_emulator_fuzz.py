@@ -26,7 +26,7 @@ import requests
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_sched.emulator.app import ROUTES
+from airflow_gpu_sched.emulator.urls import ROUTES
 from airflow_gpu_sched.emulator.control import EmulatorControl
 
 PROJECT, LOCATION, ZONE = "fuzz-project", "us-central1", "us-central1-a"

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from airflow_gpu_sched.emulator import fieldmask, methods
-from airflow_gpu_sched.emulator.app import ROUTES
+from airflow_gpu_sched.emulator.urls import ROUTES
 from tests.conftest import LOCATION, PROJECT
 
 PREFIX = "GoogleCloudAiplatformV1"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import requests
 
-from airflow_gpu_sched.emulator.app import ROUTES
+from airflow_gpu_sched.emulator.urls import ROUTES
 from airflow_gpu_sched.vertex.client import VertexClient
 from tests.conftest import LOCATION, PROJECT, with_a100_pool
 from tests.google_types import format_violations, traffic_violations

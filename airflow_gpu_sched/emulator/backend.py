@@ -39,7 +39,7 @@ class Backend:
     def __init__(self, scenario: Scenario | None = None):
         scenario = scenario or Scenario()
         # The execution settings of the constructor's scenario (the CLI's --execute): a reset over
-        # HTTP keeps them and may not set them (app.py EXECUTION_FIELDS; docs/security.md).
+        # HTTP keeps them and may not set them (control_api.py EXECUTION_FIELDS; docs/security.md).
         self.execution = {"execute": scenario.execute, "execute_root": scenario.execute_root,
                           "execute_workdir": scenario.execute_workdir}
         self.executor: Any = None

@@ -34,7 +34,7 @@ SYSTEM_PARAMETERS = GLOBAL_PARAMETERS | {f"${p}" for p in GLOBAL_PARAMETERS if n
     "$apiVersion", "$ct"}
 
 _LIST = ("filter", "pageSize", "pageToken", "readMask")
-# rpc (as app.ROUTES names it) -> the method's own query parameters
+# rpc (as urls.ROUTES names it) -> the method's own query parameters
 QUERY_PARAMETERS: dict[str, tuple[str, ...]] = {
     "customJobs.create": (),
     "customJobs.list": _LIST,
