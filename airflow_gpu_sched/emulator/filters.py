@@ -61,7 +61,7 @@ A record is a mapping with the collection's fields: ``display_name`` (str),
 ``state`` (str), ``create_time`` (tz-aware datetime), ``labels`` (dict[str, str]), ...
 Syntax errors and unsupported fields raise :class:`FilterError`.
 
-May import: emulator; never airflow.
+May import: vertex, emulator; never airflow.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from datetime import datetime
 from typing import Any, Callable, Mapping
 
 from airflow_gpu_sched.emulator.filter_tokens import KEYWORDS, FilterError, Token, tokenize
+from airflow_gpu_sched.vertex.enums import JobState, PipelineState
 
 __all__ = ["FIELDS", "MAX_FILTER_LENGTH", "MAX_NESTING", "FilterError", "Predicate", "parse_filter"]
 
@@ -80,12 +81,8 @@ MAX_NESTING = 32  # levels of "(" (a NOT adds none: the grammar allows one per t
 _TIME_OPS = ("=", "!=", "<", "<=", ">", ">=")
 _LABEL_OPS = ("=", "!=", ":")
 # job_state.proto and pipeline_state.proto (v1): the names a ``state`` filter may compare with
-JOB_STATES = ("JOB_STATE_UNSPECIFIED", "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING",
-              "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED",
-              "JOB_STATE_PAUSED", "JOB_STATE_EXPIRED", "JOB_STATE_UPDATING", "JOB_STATE_PARTIALLY_SUCCEEDED")
-PIPELINE_STATES = ("PIPELINE_STATE_UNSPECIFIED", "PIPELINE_STATE_QUEUED", "PIPELINE_STATE_PENDING",
-                   "PIPELINE_STATE_RUNNING", "PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED",
-                   "PIPELINE_STATE_CANCELLING", "PIPELINE_STATE_CANCELLED", "PIPELINE_STATE_PAUSED")
+JOB_STATES = tuple(JobState.__members__)
+PIPELINE_STATES = tuple(PipelineState.__members__)
 _JOB_FIELDS = {"display_name": ("string", ("=", "!=", ":")), "state": (JOB_STATES, ("=", "!=")),
                "create_time": ("time", _TIME_OPS), "labels": ("labels", _LABEL_OPS)}
 # collection -> field -> (kind or enum names, operators), as each list's ``filter`` comment documents them

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_sched.vertex.cloud_logging import JOB_STATE_LABEL, ML_JOB, TASK_LABEL, format_log_time, timestamp_key
+from airflow_gpu_sched.vertex.enums import TERMINAL_JOB_STATE_NAMES
 
 CHECKPOINT_SECONDS = 60.0
 # The service's line on entering each waiting/running state (assumed wordings, but for PENDING's,
@@ -34,8 +35,8 @@ CHECKPOINT_SECONDS = 60.0
 STATE_LINES = {"JOB_STATE_QUEUED": "Job is queued.", "JOB_STATE_PENDING": "Waiting for job to be provisioned.",
                "JOB_STATE_RUNNING": "Job is running."}
 MAX_REPLICAS = 16  # start/exit lines per replica for at most this many replicas of a job
-_RUNNING, _TERMINAL = "JOB_STATE_RUNNING", ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
-                                             "JOB_STATE_EXPIRED")
+# (_ending writes no line for EXPIRED nor PARTIALLY_SUCCEEDED)
+_RUNNING, _TERMINAL = "JOB_STATE_RUNNING", TERMINAL_JOB_STATE_NAMES
 
 
 def entry(project: str, job_id: str, replica: str, severity: str, when: datetime, insert_id: str,

@@ -29,7 +29,7 @@ from airflow_gpu_sched.orchestration import state_times
 from airflow_gpu_sched.orchestration.event_fields import public_resource
 from airflow_gpu_sched.orchestration.outcomes import event_for_job
 from airflow_gpu_sched.vertex import resource_names
-from airflow_gpu_sched.vertex.enums import JobState
+from airflow_gpu_sched.vertex.enums import TERMINAL_JOB_STATE_NAMES, TERMINAL_PIPELINE_STATE_NAMES, JobState
 from airflow_gpu_sched.vertex.models import CUSTOM_TASK_DEFINITION, CustomJob, CustomJobSpec, VertexModel
 from airflow_gpu_sched.vertex.rules import Violation
 
@@ -67,8 +67,7 @@ class JobType:
     key = "custom_job"  # the operator's ``job_type`` and the client methods' stem
     collection = "customJobs"
     page_items = "custom_jobs"  # the list response's field
-    terminal_states: tuple[str, ...] = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
-                                        "JOB_STATE_EXPIRED", "JOB_STATE_PARTIALLY_SUCCEEDED")
+    terminal_states: tuple[str, ...] = TERMINAL_JOB_STATE_NAMES
     options: tuple[str, ...] = ()
     output_keys: tuple[str, ...] = ()
     # what view(), outputs() and the accounting read from a finished resource besides WATCH_FIELDS
@@ -260,7 +259,7 @@ class TrainingPipelineType(JobType):
     key = "training_pipeline"
     collection = "trainingPipelines"
     page_items = "training_pipelines"
-    terminal_states = ("PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED")
+    terminal_states = TERMINAL_PIPELINE_STATE_NAMES
     options = PIPELINE_OPTIONS
     output_keys = ("model_name", "model_version")
     final_fields = ("displayName", "trainingTaskInputs", "modelToUpload", "modelId")

@@ -114,6 +114,8 @@ TERMINAL_JOB_STATES = frozenset(
         JobState.JOB_STATE_PARTIALLY_SUCCEEDED,
     }
 )
+# the names, in the proto's order (a list filter ORs them: the order keeps the filter text stable)
+TERMINAL_JOB_STATE_NAMES = tuple(s.value for s in JobState if s in TERMINAL_JOB_STATES)
 
 
 class PipelineState(OpenEnum):
@@ -147,6 +149,7 @@ TERMINAL_PIPELINE_STATES = frozenset(
         PipelineState.PIPELINE_STATE_CANCELLED,
     }
 )
+TERMINAL_PIPELINE_STATE_NAMES = tuple(s.value for s in PipelineState if s in TERMINAL_PIPELINE_STATES)
 
 
 def pipeline_to_job_state(state: PipelineState | str) -> JobState:
