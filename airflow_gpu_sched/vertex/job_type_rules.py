@@ -58,31 +58,7 @@ def check_tuning_counts(max_trial_count: int | None, parallel_trial_count: int |
 def check_study_spec(study: StudySpec, path: str = "studySpec") -> list[Violation]:
     """At least one metric (id, goal MAXIMIZE or MINIMIZE) and one parameter (id, exactly one
     value spec with a valid range or list); ids unique; a known algorithm."""
-    found: list[Violation] = []
-    if not study.metrics:
-        found.append(Violation(f"{path}.metrics", "at least one metric is required (metricId and goal)"))
-    seen: set[str] = set()
-    for index, metric in enumerate(study.metrics):
-        where = f"{path}.metrics[{index}]"
-        if not metric.metric_id or any(c.isspace() for c in metric.metric_id):
-            found.append(Violation(f"{where}.metricId", "is required and must not contain whitespace"))
-        elif metric.metric_id in seen:
-            found.append(Violation(f"{where}.metricId", f"{metric.metric_id!r} is used twice"))
-        seen.add(metric.metric_id or "")
-        if metric.goal not in (GoalType.MAXIMIZE, GoalType.MINIMIZE):
-            got = metric.goal.value if metric.goal else "nothing"
-            found.append(Violation(f"{where}.goal", f"must be MAXIMIZE or MINIMIZE (got {got})"))
-    if not study.parameters:
-        found.append(Violation(f"{path}.parameters", "at least one parameter to tune is required"))
-    seen = set()
-    for index, parameter in enumerate(study.parameters):
-        where = f"{path}.parameters[{index}]"
-        if not parameter.parameter_id or any(c.isspace() for c in parameter.parameter_id):
-            found.append(Violation(f"{where}.parameterId", "is required and must not contain whitespace"))
-        elif parameter.parameter_id in seen:
-            found.append(Violation(f"{where}.parameterId", f"{parameter.parameter_id!r} is used twice"))
-        seen.add(parameter.parameter_id or "")
-        found += _check_parameter(parameter, where)
+    found = _check_metrics(study, path) + _check_parameters(study, path)
     if study.algorithm is not None and not study.algorithm.is_known:
         found.append(Violation(f"{path}.algorithm",
                                f"unknown algorithm {study.algorithm.value!r}: use GRID_SEARCH or RANDOM_SEARCH"))
@@ -91,6 +67,43 @@ def check_study_spec(study: StudySpec, path: str = "studySpec") -> list[Violatio
             if parameter.double_value_spec is not None:
                 found.append(Violation(f"{path}.parameters[{index}].doubleValueSpec",
                                        "GRID_SEARCH needs INTEGER, DISCRETE or CATEGORICAL parameters"))
+    return found
+
+
+def _check_id(value: str | None, seen: set[str], path: str) -> list[Violation]:
+    """A metric's or parameter's id: present, no whitespace, not used before (``seen`` grows)."""
+    found = []
+    if not value or any(c.isspace() for c in value):
+        found.append(Violation(path, "is required and must not contain whitespace"))
+    elif value in seen:
+        found.append(Violation(path, f"{value!r} is used twice"))
+    seen.add(value or "")
+    return found
+
+
+def _check_metrics(study: StudySpec, path: str) -> list[Violation]:
+    found: list[Violation] = []
+    if not study.metrics:
+        found.append(Violation(f"{path}.metrics", "at least one metric is required (metricId and goal)"))
+    seen: set[str] = set()
+    for index, metric in enumerate(study.metrics):
+        where = f"{path}.metrics[{index}]"
+        found += _check_id(metric.metric_id, seen, f"{where}.metricId")
+        if metric.goal not in (GoalType.MAXIMIZE, GoalType.MINIMIZE):
+            got = metric.goal.value if metric.goal else "nothing"
+            found.append(Violation(f"{where}.goal", f"must be MAXIMIZE or MINIMIZE (got {got})"))
+    return found
+
+
+def _check_parameters(study: StudySpec, path: str) -> list[Violation]:
+    found: list[Violation] = []
+    if not study.parameters:
+        found.append(Violation(f"{path}.parameters", "at least one parameter to tune is required"))
+    seen: set[str] = set()
+    for index, parameter in enumerate(study.parameters):
+        where = f"{path}.parameters[{index}]"
+        found += _check_id(parameter.parameter_id, seen, f"{where}.parameterId")
+        found += _check_parameter(parameter, where)
     return found
 
 
