@@ -155,47 +155,63 @@ def task_from_result(name: str, result: dict[str, Any]) -> Task:
     attempts, ends = [], []
     raw = result.get("attempts") or []
     for number, a in enumerate(raw, 1):
-        # an older result has no running_since: then start_time, as it was recorded then
-        started_key = "running_since" if "running_since" in a else "start_time"
-        created, started, ended = (_time(a.get(k)) for k in ("create_time", started_key, "end_time"))
-        state = (a.get("state") or "").removeprefix("JOB_STATE_")
-        status = OUTCOME_WORDS.get(a.get("outcome") or "", state)
-        segs = []
-        if created and (started or ended):
-            segs.append(Segment("queued", created, started or ended))
-        if started and ended:
-            segs.append(Segment("running", started, ended))
-        marks = []
-        restarts = int(a.get("restarts_observed") or 0)
-        if ended is not None:
-            if a.get("outcome") == "preempted":
-                note = "preempted past the service's restarts"
-                if restarts:
-                    note += f" ({restarts} restarts observed before, at times the API does not give)"
-                marks.append(Mark("preempted", ended, restarts + 1, note))
-            elif restarts:
-                marks.append(Mark("preempted", ended, restarts,
-                                  f"{restarts} service restarts observed during the run (times not in the API)"))
-            if state == "CANCELLED":
-                marks.append(Mark("cancelled", ended, note=a.get("error") or "cancelled"))
-            elif state == "FAILED" and a.get("outcome") in (None, "failed") and number == len(raw):
-                marks.append(Mark("failed", ended, note=a.get("error") or "failed"))
-        note = "" if a.get("job_name") else f"no job: {a.get('error') or state.lower()}"
-        attempts.append(Attempt(
-            f"#{number}", a.get("strategy") or "?", a.get("location") or "", status, tuple(segs), tuple(marks),
-            a.get("queued_seconds"), a.get("run_seconds"), a.get("gpu_hours"), a.get("cost"),
-            result.get("currency"), a.get("accelerator_type"), note))
+        attempt, ended = _attempt_from_result(number, a, number == len(raw), result.get("currency"))
+        attempts.append(attempt)
         ends.append(ended)
-    attempts = _between(attempts, ends)
-    # An XCom written before attempts carried their outcome: put the task's observed preemptions
-    # on its first SPOT attempt, so that none goes unmarked.
+    return Task(name, tuple(_with_unmarked_preemptions(_between(attempts, ends), ends, result)))
+
+
+def _attempt_from_result(number: int, a: dict[str, Any], last: bool,
+                         currency: str | None) -> tuple[Attempt, datetime | None]:
+    """One attempt of an XCom result, and when it ended."""
+    # an older result has no running_since: then start_time, as it was recorded then
+    started_key = "running_since" if "running_since" in a else "start_time"
+    created, started, ended = (_time(a.get(k)) for k in ("create_time", started_key, "end_time"))
+    state = (a.get("state") or "").removeprefix("JOB_STATE_")
+    status = OUTCOME_WORDS.get(a.get("outcome") or "", state)
+    segs = []
+    if created and (started or ended):
+        segs.append(Segment("queued", created, started or ended))
+    if started and ended:
+        segs.append(Segment("running", started, ended))
+    restarts = int(a.get("restarts_observed") or 0)
+    marks = _result_marks(a, ended, state, last, restarts) if ended is not None else []
+    note = "" if a.get("job_name") else f"no job: {a.get('error') or state.lower()}"
+    attempt = Attempt(f"#{number}", a.get("strategy") or "?", a.get("location") or "", status, tuple(segs),
+                      tuple(marks), a.get("queued_seconds"), a.get("run_seconds"), a.get("gpu_hours"), a.get("cost"),
+                      currency, a.get("accelerator_type"), note)
+    return attempt, ended
+
+
+def _result_marks(a: dict[str, Any], ended: datetime, state: str, last: bool, restarts: int) -> list[Mark]:
+    """The markers at an ended attempt's end: preemptions and restarts, a cancel, the last failure."""
+    marks = []
+    if a.get("outcome") == "preempted":
+        note = "preempted past the service's restarts"
+        if restarts:
+            note += f" ({restarts} restarts observed before, at times the API does not give)"
+        marks.append(Mark("preempted", ended, restarts + 1, note))
+    elif restarts:
+        marks.append(Mark("preempted", ended, restarts,
+                          f"{restarts} service restarts observed during the run (times not in the API)"))
+    if state == "CANCELLED":
+        marks.append(Mark("cancelled", ended, note=a.get("error") or "cancelled"))
+    elif state == "FAILED" and a.get("outcome") in (None, "failed") and last:
+        marks.append(Mark("failed", ended, note=a.get("error") or "failed"))
+    return marks
+
+
+def _with_unmarked_preemptions(attempts: list[Attempt], ends: list[datetime | None],
+                               result: dict[str, Any]) -> list[Attempt]:
+    """An XCom written before attempts carried their outcome: put the task's observed preemptions
+    on its first SPOT attempt, so that none goes unmarked."""
     missing = int(result.get("preemptions") or 0) - sum(a.preemptions for a in attempts)
     spot = [i for i, a in enumerate(attempts) if a.strategy == "SPOT" and ends[i] is not None]
     if missing > 0 and spot:
         i = spot[0]
         mark = Mark("preempted", ends[i], missing, f"{missing} preemptions observed (times not in the XCom)")
         attempts[i] = replace(attempts[i], marks=(*attempts[i].marks, mark))
-    return Task(name, tuple(attempts))
+    return attempts
 
 
 def night_from_results(title: str, results: Iterable[tuple[str, dict[str, Any]]]) -> Night:
@@ -216,13 +232,7 @@ def attempt_from_history(label: str, strategy: str, region: str, history: list[t
     state = history[-1][0].removeprefix("JOB_STATE_") if history else ""
     end = history[-1][1] if history and history[-1][0] not in _KIND else None
     if end is not None:
-        if preempted_at_end or unseen > 0:
-            marks.append(Mark("preempted", end, int(preempted_at_end) + max(unseen, 0),
-                              error or "preempted past the service's restarts"))
-        if state == "CANCELLED":
-            marks.append(Mark("cancelled", end, note=error or "cancelled"))
-        elif state == "FAILED" and not preempted_at_end:
-            marks.append(Mark("failed", end, note=error or "failed"))
+        marks += _end_marks(end, state, preempted_at_end, unseen, error)
     started = next((t for s, t in history if s == "JOB_STATE_RUNNING"), None)
     created = history[0][1] if history else None
     ran = sum((s.end - s.start).total_seconds() for s in segs if s.kind == "running")
@@ -230,6 +240,20 @@ def attempt_from_history(label: str, strategy: str, region: str, history: list[t
     status = "PREEMPTED" if preempted_at_end else state
     return Attempt(label, strategy, region, status, segs, tuple(marks), waited, ran,
                    round(gpus * ran / 3600, 4), None, None, accelerator)
+
+
+def _end_marks(end: datetime, state: str, preempted_at_end: bool, unseen: int, error: str | None) -> list[Mark]:
+    """The markers at a job's end: preempted (past its restarts, or restarts it never showed),
+    cancelled, failed."""
+    marks = []
+    if preempted_at_end or unseen > 0:
+        marks.append(Mark("preempted", end, int(preempted_at_end) + max(unseen, 0),
+                          error or "preempted past the service's restarts"))
+    if state == "CANCELLED":
+        marks.append(Mark("cancelled", end, note=error or "cancelled"))
+    elif state == "FAILED" and not preempted_at_end:
+        marks.append(Mark("failed", end, note=error or "failed"))
+    return marks
 
 
 def task_from_attempts(name: str, attempts: list[Attempt]) -> Task:
