@@ -10,8 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_sched.drawing.timeline import (
-    MARKS, Night, Picture, attempt_from_history, layout, night_from_results, task_from_attempts,
-    task_from_result, text_width, to_svg)
+    MARKS,
+    Night,
+    attempt_from_history,
+    night_from_results,
+    task_from_attempts,
+    task_from_result,
+)
+from airflow_gpu_sched.drawing.timeline_svg import Picture, layout, text_width, to_svg
 
 T0 = datetime(2026, 11, 30, 22, 0, tzinfo=timezone.utc)
 SVG = "{http://www.w3.org/2000/svg}"

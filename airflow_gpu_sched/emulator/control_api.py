@@ -155,7 +155,7 @@ async def dashboard(request: Request) -> Response:
 
 
 async def timeline_svg(request: Request) -> Response:
-    from airflow_gpu_sched.drawing.timeline import svg
+    from airflow_gpu_sched.drawing.timeline_svg import svg
     from airflow_gpu_sched.emulator.nights import nights
 
     backend = request.app.state.backend

@@ -83,7 +83,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    from airflow_gpu_sched.drawing.timeline import svg as draw
+    from airflow_gpu_sched.drawing.timeline_svg import svg as draw
 
     svg = _emulator_svg(args.emulator) if args.emulator else draw([_xcom_night(args)], "training timeline")
     with open(args.out, "w") as handle:  # only once the drawing is in hand: no error page saved as the SVG

@@ -297,7 +297,7 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
 
         from airflow_gpu_sched.emulator.dashboard import render
         from airflow_gpu_sched.emulator.nights import nights
-        from airflow_gpu_sched.drawing.timeline import svg
+        from airflow_gpu_sched.drawing.timeline_svg import svg
 
         (out / "timeline.svg").write_text(svg(nights(emulator.backend), "airflow-gpu-sched demo"))
         (out / "dashboard.html").write_text(render(emulator.backend, refresh_seconds=3600))

@@ -14,7 +14,8 @@ from urllib.parse import quote
 
 from airflow_gpu_sched.ui.source import RunRecord, TaskRecord
 from airflow_gpu_sched.vertex.console import DEFAULT_DOMAIN, is_console_url
-from airflow_gpu_sched.drawing.timeline import Night, Task, svg, task_from_result
+from airflow_gpu_sched.drawing.timeline import Night, Task, task_from_result
+from airflow_gpu_sched.drawing.timeline_svg import svg
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#1f2430;background:#fff}
