@@ -25,6 +25,7 @@ from airflow_gpu_sched.emulator.api_errors import ApiError
 from airflow_gpu_sched.emulator.auth import StandInError, TokenIssuer
 from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.guard import Guard, GuardSettings
+from airflow_gpu_sched.emulator.service_date import ServiceDate
 from airflow_gpu_sched.emulator.limits import MAX_ADVANCE_SECONDS, bounded_seconds, parse_json
 from airflow_gpu_sched.emulator.logging_api import add_logging_routes
 from airflow_gpu_sched.emulator.methods import query_refusal
@@ -268,6 +269,7 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
     app.state.backend = backend
     app.state.guard = GuardSettings(allow_remote=allow_remote, control_token=control_token)
     app.add_middleware(Guard, settings=app.state.guard)
+    app.add_middleware(ServiceDate, clock=lambda: backend.clock)  # outermost: the Guard's refusals dated too
 
     @app.exception_handler(StarletteHTTPException)
     async def not_served(request: Request, exc: StarletteHTTPException) -> Response:
