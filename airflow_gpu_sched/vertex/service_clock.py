@@ -27,8 +27,10 @@ What it never does:
   slept in real seconds as ``(instant - now()) / rate`` (:func:`real_seconds_until`), capped
   by the caller's poll interval, and checked again against :func:`now` on waking, so a rate
   learnt wrong costs an early look, never a late cancel.
-- A ``Date`` that is absent, not a string, too long, not an IMF-fixdate/RFC 850/asctime date,
-  not GMT, or outside years 2000-9999 is ignored: with no answer heard yet, :func:`now` is the
+- A ``Date`` that is absent, not a string, too long, not printable ASCII, not an IMF-fixdate
+  or RFC 850 date naming GMT (the obsolete asctime form names no zone), or outside years
+  2000-9999 is ignored; so is every Date once one stood still for :data:`RATE_SPAN` seconds or
+  more (a rate below :data:`MIN_RATE`: a stuck front end, not a clock). With no answer heard yet, :func:`now` is the
   wall clock (``time.time()``); after one, the clock runs on from the last good answer. A Date
   is otherwise trusted as the rest of the answer is (the service decides the job's state too).
 - One clock per process: every client's answers feed it. A process talking to two services
@@ -50,6 +52,7 @@ from typing import Any, Callable
 RATE_SPAN = 4.0  # local seconds a rate is measured over: the Date's 1 s resolution is <= 25 % of it
 SNAP = 0.3  # a rate within this of 1 is 1 (the wall clock, measured through a 1-second Date)
 MAX_RATE = 1e6  # the emulator's fastest --speed
+MIN_RATE = 0.01  # a Date that moves slower than this is no clock (stuck): the wall clock instead
 MAX_DATE_LENGTH = 64  # "Sun, 06 Nov 1994 08:49:37 GMT" is 29
 MIN_YEAR, MAX_YEAR = 2000, 9999
 _RATES_KEPT = 3
@@ -91,11 +94,12 @@ class ServiceClock:
             self._anchor: tuple[float, float] | None = None  # (service seconds, local monotonic)
             self._span: tuple[float, float] | None = None  # where the rate span being measured began
             self._rates: list[float] = []
+            self._stuck = False  # a Date that stopped moving: ignored from then on (until reset)
 
     def heard(self, date_header: Any) -> bool:
         """One answer's ``Date`` header, as it arrived now. False: ignored (absent, garbled)."""
         when = parse_date(date_header)
-        if when is None:
+        if when is None or self._stuck:
             return False
         self.note(when, self._monotonic())
         return True
@@ -113,7 +117,9 @@ class ServiceClock:
                 return
             rate = (when - self._span[0]) / elapsed
             self._span = (when, at)
-            if 0 < rate <= MAX_RATE:
+            if 0 <= rate < MIN_RATE:  # the same Date for RATE_SPAN seconds and more: not a clock
+                self._anchor, self._span, self._rates, self._stuck = None, None, [], True
+            elif MIN_RATE <= rate <= MAX_RATE:
                 self._rates = [*self._rates, rate][-_RATES_KEPT:]
 
     @property
