@@ -37,8 +37,9 @@ What it never does:
   whose clocks differ (the emulator at ``--speed`` and Vertex at once) sees the one it heard
   last: a Date going back anchors the clock there and its span is no rate.
 
-Pure apart from reading the local clocks (injectable). May import: nothing of this package;
-never airflow.
+Pure apart from reading the local clocks (injectable).
+
+May import: nothing of this package; never airflow.
 """
 
 from __future__ import annotations
