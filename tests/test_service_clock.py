@@ -265,3 +265,36 @@ def test_every_recorded_answer_of_real_vertex_carries_a_date_the_clock_reads():
     calls = [call for name in sorted(p.name for p in root.iterdir() if p.is_dir()) for call in flight(name)]
     assert len(calls) == 90
     assert all(parse_date(call.headers["date"]) == call.date.timestamp() for call in calls)
+
+
+@pytest.mark.timeout(120)
+async def test_a_bound_in_trigger_kwargs_holds_in_a_new_process_at_the_services_speed(vertex_conn):
+    """The bound is a service-time instant in the trigger's kwargs: rebuilt from them in a
+    process that has heard nothing (a triggerer restart), the trigger cancels the job 10
+    emulated minutes after its create at 120x (5 real seconds), long before its 23 h wait."""
+    import importlib
+
+    from airflow_gpu_sched.triggers import CustomJobTrigger
+    from airflow_gpu_sched.vertex.client import VertexClient
+
+    vertex_conn.reset({**FAST, "speed": SPEED})
+    vertex_conn.set_capacity(LOCATION, "NVIDIA_TESLA_A100", flex_start=0)
+    body = {"displayName": "t", "jobSpec": {"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1},
+        "replicaCount": "1", "containerSpec": {"imageUri": "gcr.io/p/t:1"}}],
+        "scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "82800s"}}}
+    with VertexClient(location=LOCATION, project=PROJECT, api_endpoint=vertex_conn.url) as client:
+        job = client.create_custom_job(body)
+    running_by = job.create_time.timestamp() + 600
+    path, kwargs = CustomJobTrigger(job.name, poll_interval=0.2, running_by=running_by,
+                                    bound_reason="capacity_wait_timeout=10m").serialize()
+    service_clock.reset()  # a new triggerer process
+    module, _, cls = path.rpartition(".")
+    trigger = getattr(importlib.import_module(module), cls)(**kwargs)
+    async for event in trigger.run():
+        payload = event.payload
+        break
+    assert payload["status"] == "capacity_timeout" and payload["running_bound"] == "capacity_wait_timeout=10m"
+    (ended,) = [j for j in every_custom_job(vertex_conn) if j["name"] == job.name]
+    assert ended["state"] == "JOB_STATE_CANCELLED"
+    assert timedelta(minutes=10) <= _ts(ended["endTime"]) - _ts(ended["createTime"]) < timedelta(hours=2)
