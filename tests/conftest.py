@@ -53,8 +53,10 @@ def emulator_server():
 def emulator(emulator_server) -> EmulatorControl:
     """A fresh emulator at speed 1: tests move emulated time with ``emulator.advance(s)``."""
     from airflow_gpu_sched.orchestration import stops
+    from airflow_gpu_sched.vertex import service_clock
 
     stops.forget()  # the reset emulator hands out the same job names again: no cancel of ours is theirs
+    service_clock.reset()  # a fresh emulator is a new service clock (another test's speed is not its rate)
     control = EmulatorControl(emulator_server.url)
     control.reset({"seed": 7, "speed": 1})
     return control

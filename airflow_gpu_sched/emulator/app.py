@@ -28,6 +28,7 @@ from airflow_gpu_sched.emulator.backend import Backend
 from airflow_gpu_sched.emulator.control_api import add_control_routes
 from airflow_gpu_sched.emulator.guard import Guard, GuardSettings
 from airflow_gpu_sched.emulator.limits import parse_json
+from airflow_gpu_sched.emulator.service_date import ServiceDate
 from airflow_gpu_sched.emulator.logging_api import add_logging_routes
 from airflow_gpu_sched.emulator.methods import query_refusal
 from airflow_gpu_sched.emulator.proto_json import canonical
@@ -182,6 +183,7 @@ def create_app(backend: Backend | None = None, *, allow_remote: bool = False,
     app.state.backend = backend
     app.state.guard = GuardSettings(allow_remote=allow_remote, control_token=control_token)
     app.add_middleware(Guard, settings=app.state.guard)
+    app.add_middleware(ServiceDate, clock=lambda: backend.clock)  # outermost: the Guard's refusals dated too
     app.add_exception_handler(StarletteHTTPException, not_served)
     auth = app.state.auth = TokenIssuer()
     traffic = app.state.traffic = TrafficRecorder()

@@ -67,7 +67,8 @@ class EmulatorServer:
 
     def _uvicorn(self) -> uvicorn.Server:
         config = uvicorn.Config(self._app, log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=30, http=self._protocol, **self._ssl)
+                                lifespan="off", timeout_keep_alive=30, http=self._protocol,
+                                date_header=False, **self._ssl)  # emulated time, not uvicorn's: service_date.py
         return uvicorn.Server(config)
 
     def start(self) -> EmulatorServer:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_gpu_sched import compat
-from airflow_gpu_sched.operators import events, lineage, links, region_order, run, running, waits
+from airflow_gpu_sched.operators import events, lineage, links, region_order, run, running, vertex_calls, waits
 from airflow_gpu_sched.operators.run import ERRORS  # noqa: F401 (importable here, as before)
 from airflow_gpu_sched.operators.links import LINKS, ConsoleLink
 from airflow_gpu_sched.operators.running import first_event
@@ -228,6 +228,7 @@ class VertexTrainingOperator(BaseOperator):
         self.execution_deadline = running.execution_deadline(self, context)
         links.start_try(self)
         self.validated_job(context)  # bad input fails here, before any API call
+        vertex_calls.hear_service(self)  # durations count in the service's time (vertex/service_clock.py)
         with run.vertex_reachable():
             ledger = self._ledger_of(context)
             if not ledger.durable:  # Airflow 3.1/3.2: a retry finds its earlier try's job by its labels
@@ -238,6 +239,7 @@ class VertexTrainingOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the job's event: the loop goes on from there."""
         self.execution_deadline = running.execution_deadline(self, context)
+        vertex_calls.hear_service(self)
         links.start_try(self, resumed_with_job=True)
         with run.vertex_reachable():
             return self._returned(run.run(self, context, self._ledger_of(context),
@@ -246,6 +248,7 @@ class VertexTrainingOperator(BaseOperator):
     def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with a race's event (operators/race.py)."""
         self.execution_deadline = running.execution_deadline(self, context)
+        vertex_calls.hear_service(self)
         from airflow_gpu_sched.operators import race
 
         links.start_try(self, resumed_with_job=True)
@@ -256,6 +259,7 @@ class VertexTrainingOperator(BaseOperator):
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
         self.execution_deadline = running.execution_deadline(self, context)
+        vertex_calls.hear_service(self)
         links.start_try(self)  # the pool's wait comes before the job: no links yet
         with run.vertex_reachable():
             return self._returned(run.run(self, context, self._ledger_of(context), events.capacity_event(event)))

@@ -15,9 +15,10 @@ May import: vertex, orchestration, operators; airflow.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_gpu_sched.operators import running
 from airflow_gpu_sched.orchestration.ledger import DECISION_KEYS, ORDERS_KEY, PREEMPTIONS_KEY, WAITS_KEY, SubmissionLedger
 
 LEDGER_ORDERS = ORDERS_KEY  # step index -> its locations, in the order this run tries them (ledger.py writes it)
@@ -79,8 +80,8 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> dict[
     from airflow_gpu_sched.orchestration import observed
     from airflow_gpu_sched.orchestration.cheapest import spot_preemptions
 
-    now = datetime.now(timezone.utc)
-    history, problem = observed.read()
+    now = running.now()  # the service's time: the deadline's, and the observations' own (record())
+    history, problem = observed.read(now=now)
     if problem:
         operator.log.warning("could not read the capacity history (Variables %s*: %s): regions in the order given",
                              observed.VARIABLE, problem)
@@ -199,7 +200,7 @@ def record(operator: Any, attempt: dict[str, Any], preemptions: int) -> None:
         return
     from airflow_gpu_sched.orchestration import observed
 
-    now = datetime.now(timezone.utc)
+    now = running.now()
     entry = observed.observation(attempt, preemptions, now)
     if entry is None:
         return

@@ -1,7 +1,7 @@
 """What the operator, its run loop and its race I/O share: running a trigger in the worker, the
 clock, the try number, and how many ambiguous creates are reconciled before failing.
 
-May import: nothing of this package; airflow.
+May import: vertex; airflow.
 """
 
 from __future__ import annotations
@@ -19,7 +19,16 @@ AMBIGUOUS_CREATE_ATTEMPTS = 5  # creates whose outcome stayed unknown, each reco
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    """The service's time (vertex/service_clock.py): what every duration a user writes counts in."""
+    from airflow_gpu_sched.vertex import service_clock
+
+    return service_clock.now_datetime()
+
+
+def _in_service_time(when: datetime) -> datetime:
+    from airflow_gpu_sched.vertex import service_clock
+
+    return service_clock.from_wall(when)
 
 
 def try_number(context: Any) -> int | None:
@@ -73,16 +82,20 @@ def _close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> No
 def deadline(op: Any, context: Any, ledger: Any) -> datetime | None:
     """The plan's deadline. A timedelta counts from the data interval's end; in a manual
     run (``airflow dags test``, a trigger from the UI) whose interval ended long ago, it
-    counts from when the task first started instead (kept in the ledger across tries)."""
+    counts from when the task first started instead (kept in the ledger across tries).
+
+    In the service's time (:func:`now`): a datetime and the data interval's end are wall-clock
+    instants, taken as the same distance from now there (on Vertex: themselves); the task's
+    first start is recorded in service time."""
     if op.deadline is None:
         return None
     if isinstance(op.deadline, datetime):
-        return op.deadline if op.deadline.tzinfo else op.deadline.replace(tzinfo=timezone.utc)
+        return _in_service_time(op.deadline if op.deadline.tzinfo else op.deadline.replace(tzinfo=timezone.utc))
     anchor = context.get("data_interval_end") or context.get("logical_date")
     dag_run = context.get("dag_run")
     if anchor is None or str(getattr(dag_run, "run_type", "")).lower().endswith("manual"):
-        anchor = datetime.fromisoformat(ledger.started_at(now()))
-    return anchor + op.deadline
+        return datetime.fromisoformat(ledger.started_at(now())) + op.deadline
+    return _in_service_time(anchor) + op.deadline
 
 
 def execution_deadline(op: Any, context: Any) -> datetime | None:
@@ -98,7 +111,8 @@ def deferral_timeout(deadline: datetime | None) -> timedelta | None:
     """The ``timeout`` a deferral is given so ``execution_timeout`` holds while the trigger waits:
     Airflow 3 does not apply ``execution_timeout`` to a deferred task (its Execution API drops it;
     apache/airflow#69678), only a deferral's own timeout. At least a second: past the deadline,
-    Airflow times the trigger out at its next check and the task resumes only to fail."""
+    Airflow times the trigger out at its next check and the task resumes only to fail. Airflow's
+    own clock, the wall clock (never the service's)."""
     if deadline is None:
         return None
-    return max(deadline - now(), timedelta(seconds=1))
+    return max(deadline - datetime.now(timezone.utc), timedelta(seconds=1))

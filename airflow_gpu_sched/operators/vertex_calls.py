@@ -147,3 +147,33 @@ def failed_job_texts(op: Any, job_name: str, job_error: str | None) -> tuple[str
     if tail:
         op.log.error("the job failed; %s", tail)
     return (cut(job_error) if job_error else job_error), tail
+
+
+HEAR_SECONDS = 5.0  # the clock read's own retry budget: a service that does not answer leaves the wall clock
+
+
+def hear_service(op: Any) -> None:
+    """Before this process decides anything by the clock, hear the service's time once
+    (vertex/service_clock.py): a task process that has not yet had an answer (a new try, a
+    resume from the triggerer) lists one custom job, whose ``Date`` sets the clock. Not on
+    Google's own endpoints: there the service's time is the wall clock. A failure leaves the
+    wall clock (the next answer sets it)."""
+    from urllib.parse import urlsplit
+
+    from airflow_gpu_sched.vertex import service_clock
+    from airflow_gpu_sched.vertex.client import RetryPolicy, VertexClient
+
+    if service_clock.CLOCK.heard_any:
+        return
+    try:
+        client = VertexClient.from_connection(op.gcp_conn_id, location=op.location, project=op.project_id,
+                                              retry=RetryPolicy(initial=0.5, maximum=2.0, deadline=HEAR_SECONDS),
+                                              impersonation_chain=op.impersonation_chain)
+        host = (urlsplit(client.api.api_endpoint or "https://googleapis.com").hostname or "").lower()
+        if host == "googleapis.com" or host.endswith(".googleapis.com"):
+            return
+        with client:
+            client.list_custom_jobs_page(page_size=1)
+    except Exception as exc:  # noqa: BLE001 (the calls that follow meet the same error and say it)
+        op.log.info("could not read the service's time (%s): durations count on the wall clock until it answers",
+                    type(exc).__name__)

@@ -10,7 +10,6 @@ May import: vertex, orchestration, triggers, operators; airflow.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,8 @@ def capacity_trigger(op: Any, resource_name: str, job_spec_json: dict[str, Any],
     """Free replicas on the persistent resource for the job's pools, for at most ``wait``."""
     from airflow_gpu_sched.triggers import PersistentCapacityTrigger
 
-    deadline = time.time() + wait.total_seconds() if wait is not None else None
+    from airflow_gpu_sched.vertex import service_clock
+
+    deadline = service_clock.now() + wait.total_seconds() if wait is not None else None  # the service's time
     return PersistentCapacityTrigger(resource_name, job_spec_json, deadline, op.gcp_conn_id, op.poll_interval,
                                      op.transient_error_window, impersonation_chain=op.impersonation_chain)

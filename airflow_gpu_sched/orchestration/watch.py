@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from airflow_gpu_sched.orchestration import state_times
+from airflow_gpu_sched.vertex import service_clock
 from airflow_gpu_sched.vertex.defaults import TRANSIENT_ERROR_WINDOW  # noqa: F401 (its home for the watchers)
 from airflow_gpu_sched.vertex.enums import JobState
 from airflow_gpu_sched.vertex.models import CustomJob
@@ -42,7 +43,7 @@ class JobWatch:
         """Record a successful poll; returns a log line when the state changed."""
         self.succeeded_poll()
         now = self.last_ok
-        state_times.note(self.times, job, time.time())
+        state_times.note(self.times, job, service_clock.now())  # the service's time, as its updateTime
         if job.state == self.state:
             return None
         line = f"{self.job_name}: {job.state.value if job.state else '?'}"

@@ -6,7 +6,6 @@ May import: vertex, orchestration, triggers; airflow.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +15,7 @@ from airflow_gpu_sched.orchestration.event_fields import public_spec
 from airflow_gpu_sched.orchestration.outcomes import Event, error_event
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch
 from airflow_gpu_sched.triggers.job import async_client
+from airflow_gpu_sched.vertex import service_clock
 
 WAITING_STATES = {"PROVISIONING", "REBOOTING", "UPDATING", "STATE_UNSPECIFIED"}
 FAILED_STATES = {"ERROR", "STOPPING"}
@@ -23,8 +23,8 @@ FAILED_STATES = {"ERROR", "STOPPING"}
 
 class PersistentCapacityTrigger(BaseTrigger):
     """Yields ``capacity_available`` when the resource is RUNNING and every pool the job needs
-    has its replicas free; ``capacity_timeout`` at ``deadline`` (epoch seconds, so it holds
-    across triggerer restarts); ``failed`` when the resource goes to ERROR/STOPPING or no
+    has its replicas free; ``capacity_timeout`` at ``deadline`` (epoch seconds of the service's
+    time, vertex/service_clock.py, so it holds across triggerer restarts); ``failed`` when the resource goes to ERROR/STOPPING or no
     longer fits the job; ``error`` when the API stays unreachable."""
 
     def __init__(self, resource_name: str, job_spec: dict[str, Any], deadline: float | None,
@@ -91,7 +91,7 @@ class PersistentCapacityTrigger(BaseTrigger):
             if note != last_note:
                 self.log.info("waiting for capacity: %s", note)
                 last_note = note
-            if self.deadline is not None and time.time() >= self.deadline:
+            if self.deadline is not None and service_clock.now() >= self.deadline:  # the service's time
                 return {"status": Event.CAPACITY_TIMEOUT.value,
                         "message": f"capacity_wait_timeout passed; last seen: {note}"}
             await asyncio.sleep(self.poll_interval)

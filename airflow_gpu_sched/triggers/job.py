@@ -22,11 +22,12 @@ from airflow_gpu_sched.orchestration.outcomes import PAUSED_MESSAGE, Event, canc
 from airflow_gpu_sched.orchestration.stops import cancelled_here, note_cancel
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers import got_capacity
+from airflow_gpu_sched.vertex import service_clock
 from airflow_gpu_sched.vertex.enums import JobState
 
 ON_KILL_TIMEOUT = 30.0  # the triggerer bounds on_kill too (``[triggerer] on_kill_timeout``, 30 s)
 ON_KILL_CANCEL_BUDGET = 20.0  # a cancel answered 429/5xx is retried this long, inside that bound
-CANCEL_SETTLE = 120.0  # after the bound's cancel, how long to follow the job to its end before reporting
+CANCEL_SETTLE = 120.0  # after the bound's cancel, how long (service seconds) to follow the job to its end
 _TIMED_OUT = object()
 
 
@@ -62,7 +63,8 @@ class CustomJobTrigger(BaseTrigger):
     (:mod:`.poller`: one paged list per interval for all jobs of a connection and region);
     ``"per_job"``: this trigger GETs its own job every ``poll_interval``.
 
-    ``running_by`` (epoch seconds, so it holds across triggerer restarts; None: no bound): the
+    ``running_by`` (epoch seconds of the service's time, vertex/service_clock.py, so it holds across
+    triggerer restarts and counts as ``max_wait_duration`` does; None: no bound): the
     operator's bound on the time before RUNNING. A job that has never been RUNNING by then
     (QUEUED for quota or capacity, PENDING) is cancelled, followed to its end, and reported as
     ``capacity_timeout`` with ``running_bound`` (``bound_reason``, the why) in the payload.
@@ -172,16 +174,18 @@ class CustomJobTrigger(BaseTrigger):
         stream = _Stream(news)
         started = paused = False
         cancelled_at: float | None = None  # when the bound's (or a PAUSED job's) cancel went out
-        look_at = self.running_by  # when to look at the job if no news came by then
+        look_at = self.running_by  # when to look at the job if no news came by then (service time)
         last: Any = None  # the resource as last polled
         try:
             while True:
-                item = await stream.next(None if started and cancelled_at is None else look_at)
+                item = await stream.next(None if started and cancelled_at is None else look_at, self.poll_interval)
+                if item is _TIMED_OUT and look_at is not None and service_clock.now() < look_at:
+                    continue  # woke a poll interval on, short of the service's time to look: wait on
                 if item is _TIMED_OUT:  # no news by the bound (or the settle time): look at the job now
                     # a pipeline/tuning job RUNNING whose job waits: the poller tells no news of that job
                     reread = last is not None and self.job_type.needs_capacity_read(last, watch.times)
                     item = last if reread else await self._get_now()
-                    look_at = time.time() + self.poll_interval  # and again a poll later, not at once
+                    look_at = a_poll_later(self.poll_interval)  # and again a poll later, not at once
                 capacity = None
                 if not isinstance(item, Exception):
                     read = await got_capacity.read(self.job_type, item, watch.times, self._client)
@@ -199,12 +203,12 @@ class CustomJobTrigger(BaseTrigger):
                 if line:
                     self.log.info(line)
                 if capacity is not None and self.job_type.needs_capacity_read(item, watch.times):
-                    look_at = min(look_at or math.inf, time.time() + self.poll_interval)  # read its job again
+                    look_at = min(look_at or math.inf, a_poll_later(self.poll_interval))  # read its job again
                 if cancelled_at is not None:
                     if view.is_terminal() and not cancel_ended(view, watch.times):
                         # it ended otherwise first (SUCCEEDED: it ran after all, and its output is used)
                         return self.job_type.event(item, watch.observed_restarts, watch.times, ours=True)
-                    if view.is_terminal() or time.time() >= cancelled_at + CANCEL_SETTLE:
+                    if view.is_terminal() or service_clock.now() >= cancelled_at + CANCEL_SETTLE:
                         if paused:
                             return self._paused_event(item, view, watch.observed_restarts, watch.times)
                         return self._bound_event(item, view, watch.observed_restarts, watch.times)
@@ -214,11 +218,11 @@ class CustomJobTrigger(BaseTrigger):
                                                ours=cancelled_here(self.job_name))
                 started = started or has_run(view, watch.times)
                 paused = view.state is JobState.JOB_STATE_PAUSED  # Google's SDKs: "complete"; we: cancel, fail
-                if paused or past_running_bound(view, watch.times, self.running_by, time.time()):
+                if paused or past_running_bound(view, watch.times, self.running_by, service_clock.now()):
                     error = await self._cancel_for_bound(view, PAUSED_MESSAGE if paused else None)
                     if error is not None:
                         return error
-                    cancelled_at = time.time()
+                    cancelled_at = service_clock.now()
                     look_at = cancelled_at + CANCEL_SETTLE
         finally:
             await stream.close()
@@ -342,18 +346,24 @@ async def cancel_on_kill(log: Any, job_name: str, gcp_conn_id: str,
     return True
 
 
+def a_poll_later(poll_interval: float) -> float:
+    """The service's time a poll interval (real seconds) from now."""
+    return service_clock.now() + service_clock.service_seconds(poll_interval)
+
+
 class _Stream:
-    """The news stream, read with an optional wall-clock wake-up: a read that times out keeps
-    its pending ``__anext__`` for the next call, so nothing the poller sends is lost."""
+    """The news stream, read with an optional wake-up at a service-time instant (slept in real
+    seconds, at most ``cap``: the caller looks at the clock again on waking): a read that times
+    out keeps its pending ``__anext__`` for the next call, so nothing the poller sends is lost."""
 
     def __init__(self, news: AsyncIterator[Any]):
         self._news = news
         self._pending: asyncio.Future | None = None
 
-    async def next(self, wake: float | None) -> Any:
+    async def next(self, wake: float | None, cap: float | None = None) -> Any:
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._news.__anext__())
-        timeout = None if wake is None else max(0.0, wake - time.time())
+        timeout = None if wake is None else service_clock.real_seconds_until(wake, cap)
         done, _ = await asyncio.wait({self._pending}, timeout=timeout)
         if not done:
             return _TIMED_OUT

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,7 +39,8 @@ from airflow_gpu_sched.orchestration.stops import cancelled_here
 from airflow_gpu_sched.orchestration.race_engine import MemberSeen, race_verdict
 from airflow_gpu_sched.orchestration.watch import TRANSIENT_ERROR_WINDOW, JobWatch, has_run, past_running_bound
 from airflow_gpu_sched.triggers import got_capacity
-from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, CustomJobTrigger, cancel_quietly
+from airflow_gpu_sched.triggers.job import BATCHED, CANCEL_SETTLE, CustomJobTrigger, a_poll_later, cancel_quietly
+from airflow_gpu_sched.vertex import service_clock
 from airflow_gpu_sched.vertex.enums import JobState
 
 RACE_WON, RACE_ENDED = "race_won", "race_ended"
@@ -122,10 +122,13 @@ class RaceTrigger(BaseTrigger):
         winner: int | None = None
         decided_at: float | None = None
         while True:
-            wake = self._wake(seen, bounded, decided_at, watches)
+            wake = self._wake(seen, bounded, decided_at, watches)  # in the service's time (service_clock.py)
             try:
-                news = [await asyncio.wait_for(queue.get(), None if wake is None else max(0.0, wake - time.time()))]
+                news = [await asyncio.wait_for(queue.get(), None if wake is None else
+                                               service_clock.real_seconds_until(wake, self.poll_interval))]
             except asyncio.TimeoutError:  # no news by a bound (or the settle time): look at the members now
+                if service_clock.now() < wake:
+                    continue  # woke a poll interval on, short of the service's time to look: wait on
                 news = []
                 for s in range(n):
                     if seen[s] is None or not self._view(s, seen[s]).is_terminal():
@@ -165,17 +168,17 @@ class RaceTrigger(BaseTrigger):
                     view = self._view(s, seen[s])
                     if view.state is JobState.JOB_STATE_PAUSED:
                         bounded[s] = await self._cancel(s, "paused")
-                    elif past_running_bound(view, watches[s].times, self.running_by[s], time.time()):
+                    elif past_running_bound(view, watches[s].times, self.running_by[s], service_clock.now()):
                         bounded[s] = await self._cancel(s, "bound", seen[s])
                 winner, to_cancel = race_verdict(self.members_seen(seen, bounded, watches), bounded)
                 if to_cancel is not None:  # decided: the others, at once
                     for s in to_cancel:
                         await self._cancel(s, "lost")
                         by_race.add(s)
-                    decided_at = time.time()
+                    decided_at = service_clock.now()
             others_done = all(seen[s] is not None and self._view(s, seen[s]).is_terminal()
                               for s in range(n) if s != winner)
-            settled = decided_at is not None and time.time() >= decided_at + CANCEL_SETTLE
+            settled = decided_at is not None and service_clock.now() >= decided_at + CANCEL_SETTLE
             if others_done or settled:
                 return self._event(seen, winner, by_race, bounded, watches)
 
@@ -222,11 +225,11 @@ class RaceTrigger(BaseTrigger):
                       seen[slot] is not None and has_run(self._view(slot, seen[slot]), watches[slot].times))]
         if any(item is not None and slot not in bounded and self._members[slot].job_type.needs_capacity_read(
                 item, watches[slot].times) for slot, item in enumerate(seen)):
-            bounds.append(time.time() + self.poll_interval)  # its job's RUNNING comes as no news of its own
+            bounds.append(a_poll_later(self.poll_interval))  # its job's RUNNING comes as no news of its own
         if not bounds:
             return None
         soonest = min(bounds)
-        return soonest if soonest > time.time() else time.time() + self.poll_interval
+        return soonest if soonest > service_clock.now() else a_poll_later(self.poll_interval)
 
     async def _cancel(self, slot: int, why: str, item: Any = None) -> str:
         from airflow_gpu_sched.triggers.job import async_client

@@ -28,6 +28,7 @@ from airflow_gpu_sched.vertex.client.responses import (
 from airflow_gpu_sched.vertex.client.errors import ApiRequestInfo, VertexApiError, VertexError, VertexTransportError
 from airflow_gpu_sched.vertex.job_type_models import HyperparameterTuningJob, Model, QuotaInfo, TrainingPipeline
 from airflow_gpu_sched.vertex.models import AIPLATFORM_SERVICE, CustomJob, Operation, PersistentResource
+from airflow_gpu_sched.vertex import service_clock
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -106,6 +107,7 @@ class VertexClient(ClientMethods):
                                              timeout=self.timeout, allow_redirects=False)
         except _TRANSPORT_ERRORS as exc:
             raise transport_error(exc, info) from exc
+        service_clock.heard(response.headers.get("Date"))  # errors too: the service's time (service_clock.py)
         if response.status_code >= 300:
             raise error_from_response(response.status_code, response.content, info,
                                       response.headers.get("Retry-After"))
