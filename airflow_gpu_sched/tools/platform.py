@@ -330,6 +330,7 @@ def plan_rows(task: Any) -> list[StepRow]:
     (as the operator checks them before submitting; templated fields are checked once rendered)."""
     from airflow_gpu_sched.orchestration import job_spec
     from airflow_gpu_sched.orchestration.budget import plan_check_cells
+    from airflow_gpu_sched.orchestration.hardware import name_violations
 
     if isinstance(getattr(task, "plan_spec", None), str):  # a file or a template of the whole plan
         return [StepRow(task.dag_id, task.task_id, 0, f"plan {task.plan_spec.strip()!r}: checked once rendered",
@@ -339,7 +340,8 @@ def plan_rows(task: Any) -> list[StepRow]:
     for index, planned in enumerate(task.plan):
         regions = [region for i, region in order if i == index]
         for step, step_regions in _members(planned, regions, task.location):
-            found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
+            found = name_violations(job_spec.violations(task.build_job(step=step), ignore_templates=True),
+                                    step.hardware_origin)  # an alternative's field: plan[i].hardware[k].<field>
             label = step.describe() if step is planned else f"{planned.describe()}: {step.describe()}"
             rows.append(StepRow(task.dag_id, task.task_id, index, label, step_regions, rule_sets(task, step),
                                 [str(v) for v in found], plan_check_cells(task, step, step_regions)))
