@@ -177,3 +177,76 @@ def test_prices_are_per_accelerator_of_the_alternative():
                                      (steps[1].hardware[0], (("NVIDIA_TESLA_A100", 8),))))
     assert [(estimate(budget, s, LOCATION).price, estimate(budget, s, LOCATION).cost) for s in steps] == [
         (5.0, 80.0), (2.0, 32.0)]
+
+
+# ---------------------------------------------------------------------------- hardware_order: as regions are
+
+
+def test_the_second_night_tries_first_the_hardware_that_came_on_the_first(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    from tests.test_region_order import stored_history
+
+    _clean_history()
+    # no on-demand H100 here: a STANDARD job for them fails for resources after 20 s
+    fast_emulator.reset({**_fast(), "capacity": [{"location": LOCATION, "acceleratorType": "NVIDIA_H100_80GB",
+                                                  "standard": 0, "standardStockoutSeconds": 20}]})
+    with DAG("observed_hardware", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", poll_interval=0.02, plan=[
+            {"strategy": "STANDARD", "hardware": [H100, A100_2X4], "hardware_order": "observed"}], **COMMON)
+    try:
+        first = run_dag(dag, logical_date=START)
+        assert [a["accelerator_type"] for a in first["train"].return_value["attempts"]] == [
+            "NVIDIA_H100_80GB", "NVIDIA_TESLA_A100"]  # nothing known: as given
+        assert [(e["accelerator"], e["stockout"]) for e in stored_history()] == [
+            ("NVIDIA_H100_80GB", True), ("NVIDIA_TESLA_A100", False)]
+        second = run_dag(dag, logical_date=START + timedelta(days=1))
+        assert second.state == "success"
+        assert [a["accelerator_type"] for a in second["train"].return_value["attempts"]] == ["NVIDIA_TESLA_A100"]
+        from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
+
+        assert second.task_state_store["train"][LEDGER_KEY]["hardware_orders"] == {"0": [1, 0]}
+    finally:
+        _clean_history()
+
+
+def _fast() -> dict:
+    from tests.conftest import FAST
+
+    return FAST
+
+
+def _clean_history() -> None:
+    from sqlalchemy import delete
+
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+    from airflow_gpu_sched.orchestration import observed
+
+    with create_session() as session:
+        session.execute(delete(Variable).where(Variable.key.startswith(observed.VARIABLE)))
+
+
+def test_cheapest_ranks_alternatives_by_expected_cost_once_observed():
+    from airflow_gpu_sched.orchestration.hardware_order import rank
+
+    now = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    labels, accelerators = ("8 x H100", "2 x 4 A100"), ("NVIDIA_H100_80GB", "NVIDIA_TESLA_A100")
+    prices = {"8 x H100": 40.0, "2 x 4 A100": 16.0}  # the job's price per hour on each
+    assert rank(labels, accelerators, "cheapest", LOCATION, [], now, "SPOT", prices)[0] == (0, 1)  # nothing observed
+    seen = [{"region": LOCATION, "accelerator": a, "at": (now - timedelta(hours=1)).isoformat(), "strategy": "SPOT",
+             "stockout": False, "to_running": 60.0, "preemptions": 0} for a in accelerators]
+    assert rank(labels, accelerators, "cheapest", LOCATION, seen, now, "SPOT", prices)[0] == (1, 0)
+    stockout = [{**seen[1], "stockout": True, "waited": 3600.0}]
+    assert rank(labels, accelerators, "observed", LOCATION, [seen[0], *stockout], now)[0] == (0, 1)
+
+
+def test_a_reordered_group_still_names_the_plan_as_given():
+    from airflow_gpu_sched.orchestration.hardware import reorder
+
+    steps = parse_plan([{"strategy": "FLEX_START"}, {"strategy": "SPOT"}], hardware=[H100, A100_2X4])
+    swapped = reorder(steps, {"0": [1, 0], "1": [1, 0]})
+    assert [(s.strategy, s.hardware[0].accelerator_type) for s in swapped] == [
+        ("FLEX_START", "NVIDIA_TESLA_A100"), ("FLEX_START", "NVIDIA_H100_80GB"),
+        ("SPOT", "NVIDIA_TESLA_A100"), ("SPOT", "NVIDIA_H100_80GB")]
+    assert [given_index(swapped, i) for i in range(4)] == [0, 0, 1, 1]

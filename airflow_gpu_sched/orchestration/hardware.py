@@ -191,11 +191,37 @@ def name_violations(found: list[Violation], origin: str | None) -> list[Violatio
 
 
 def given_index(steps: list[Any], index: int) -> int:
-    """The index in the plan as given (``plan[i]``) of the expanded plan's step ``index``: an
-    alternative past the first continues the step before it."""
-    return sum(1 for step in steps[:index + 1] if not _continues(step)) - 1
+    """The index in the plan as given (``plan[i]``) of the expanded plan's step ``index``."""
+    return groups(steps)[index]
 
 
-def _continues(step: Any) -> bool:
-    origin = getattr(step, "hardware_origin", None) or ""
-    return bool(re.search(r"\[[1-9]\d*\]$", origin))
+def groups(steps: list[Any]) -> list[int]:
+    """Per step of the expanded plan, the index of the step it was given as: a step continues the
+    one before it when both come from the same ``hardware`` list and its alternative is not yet in
+    the group (alternatives may be reordered: ``hardware_order``)."""
+    found: list[int] = []
+    prefix, seen = None, set()
+    for step in steps:
+        origin = getattr(step, "hardware_origin", None) or ""
+        match = re.fullmatch(r"(.*)\[(\d+)\]", origin)
+        if match and found and match.group(1) == prefix and match.group(2) not in seen:
+            seen.add(match.group(2))
+            found.append(found[-1])
+            continue
+        prefix, seen = (match.group(1), {match.group(2)}) if match else (None, set())
+        found.append(found[-1] + 1 if found else 0)
+    return found
+
+
+def reorder(steps: list[Any], orders: dict[str, list[int]] | None) -> list[Any]:
+    """The expanded plan with each given step's alternatives in the decided order (``orders``:
+    given index -> the alternatives' positions in the group, as ``hardware_order`` ranked them)."""
+    if not orders:
+        return list(steps)
+    given = groups(steps)
+    out: list[Any] = []
+    for index in dict.fromkeys(given):
+        group = [s for s, g in zip(steps, given) if g == index]
+        order = orders.get(str(index))
+        out += [group[k] for k in order] if order and sorted(order) == list(range(len(group))) else group
+    return out

@@ -53,6 +53,7 @@ class Step:
     max_price_per_gpu_hour: float | None = None  # run only where the price table says at most this (budget.py)
     hardware: tuple[Any, ...] = ()  # hardware.Hardware alternatives (one once the plan is expanded; (): the job's own)
     hardware_origin: str | None = None  # where they were given (plan[1].hardware[0]): errors name it
+    hardware_order: str | None = None  # "observed" / "cheapest": the alternatives ranked at the run's start (hardware_order.py)
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
         block: dict[str, Any] = {"strategy": self.strategy}
@@ -67,7 +68,7 @@ class Step:
 
     def describe(self) -> str:
         knobs = ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                          if f.name not in ("locations", "hardware", "hardware_origin")
+                          if f.name not in ("locations", "hardware", "hardware_origin", "hardware_order")
                           and getattr(self, f.name) is not None)
         return (f"{self.strategy}({knobs})" if knobs else self.strategy) + self.hardware_text
 
@@ -270,7 +271,7 @@ def _convert(key: str, raw: Any) -> Any:
         if not isinstance(raw, (list, tuple)) or not all(isinstance(x, str) and x for x in raw):
             raise ValueError("must be a list of region names")
         return tuple(raw)
-    if key == "region_order":
+    if key in ("region_order", "hardware_order"):
         if raw is not None and raw not in REGION_ORDERS:
             raise ValueError(f"must be one of {', '.join(REGION_ORDERS)} (got {raw!r})")
     if key == "max_price_per_gpu_hour":
