@@ -250,3 +250,32 @@ def test_a_reordered_group_still_names_the_plan_as_given():
         ("FLEX_START", "NVIDIA_TESLA_A100"), ("FLEX_START", "NVIDIA_H100_80GB"),
         ("SPOT", "NVIDIA_TESLA_A100"), ("SPOT", "NVIDIA_H100_80GB")]
     assert [given_index(swapped, i) for i in range(4)] == [0, 0, 1, 1]
+
+
+# ---------------------------------------------------------------------------- per accelerator, raced
+
+
+def test_the_quota_preflight_reads_each_alternatives_accelerator(fast_emulator):
+    from tests.test_operators import context
+
+    fast_emulator.set_quota_limit("custom_model_training_preemptible_nvidia_h100_gpus", 4, region=LOCATION)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, poll_interval=0.02, plan=[
+        {"strategy": "SPOT", "hardware": [H100, A100_2X4]}], **COMMON)
+    result = op.execute(context())
+    assert [(a["accelerator_type"], a["state"]) for a in result["attempts"]] == [
+        (None, "QUOTA_TOO_LOW"), ("NVIDIA_TESLA_A100", "JOB_STATE_SUCCEEDED")]
+    assert "nvidia_h100_gpus" in result["attempts"][0]["error"]  # the H100's quota, not the job's own A100's
+    assert fast_emulator.stats()["requests"]["customJobs.create"] == 1  # no H100 job was made
+
+
+def test_alternatives_raced_one_member_each_the_one_that_gets_capacity_wins(fast_emulator):
+    from tests.test_operators import context
+
+    fast_emulator.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=0)
+    op = GpuTrainingOperator(task_id="t", deferrable=False, poll_interval=0.02, plan=[
+        {"race": [{"strategy": "FLEX_START", "hardware": [H100]}, {"strategy": "FLEX_START", "hardware": [A100_2X4]}]}],
+        **COMMON)
+    result = op.execute(context())
+    assert result["state"] == "JOB_STATE_SUCCEEDED" and result["hardware"] == A100_2X4
+    lost = [a for a in result["attempts"] if a.get("race") == "lost"]
+    assert [a["accelerator_type"] for a in lost] == ["NVIDIA_H100_80GB"]
