@@ -263,7 +263,8 @@ def test_the_quota_preflight_reads_each_alternatives_accelerator(fast_emulator):
         {"strategy": "SPOT", "hardware": [H100, A100_2X4]}], **COMMON)
     result = op.execute(context())
     assert [(a["accelerator_type"], a["state"]) for a in result["attempts"]] == [
-        (None, "QUOTA_TOO_LOW"), ("NVIDIA_TESLA_A100", "JOB_STATE_SUCCEEDED")]
+        ("NVIDIA_H100_80GB", "QUOTA_TOO_LOW"), ("NVIDIA_TESLA_A100", "JOB_STATE_SUCCEEDED")]
+    assert result["attempts"][0]["hardware"] == {**H100, "replica_count": None}  # no job: as the step asked
     assert "nvidia_h100_gpus" in result["attempts"][0]["error"]  # the H100's quota, not the job's own A100's
     assert fast_emulator.stats()["requests"]["customJobs.create"] == 1  # no H100 job was made
 

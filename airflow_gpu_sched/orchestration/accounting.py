@@ -94,8 +94,7 @@ def no_job_record(strategy: str, state: str, waited_seconds: float, error: str |
             "end_time": None, "running_since": None,
             "times": {"running_since": None, "exact": True, "bound_seconds": 0.0, "source": "never_ran"}, "queued_seconds": round(waited_seconds, 3), "run_seconds": 0.0, "gpu_hours": 0.0,
             "restarts_observed": 0, "outcome": "capacity_timeout", "accelerator_type": None, "hardware": None,
-            "error": error,
-            **extra}
+            "error": error, **extra}
 
 
 def _accelerator(job: CustomJob) -> str | None:

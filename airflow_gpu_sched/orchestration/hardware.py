@@ -225,3 +225,12 @@ def reorder(steps: list[Any], orders: dict[str, list[int]] | None) -> list[Any]:
         order = orders.get(str(index))
         out += [group[k] for k in order] if order and sorted(order) == list(range(len(group))) else group
     return out
+
+
+def no_job_fields(step: Any) -> dict[str, Any]:
+    """What an attempt that got no job (a quota skip, a busy pool) ran for: the alternative's
+    accelerator and hardware, so the capacity history and the result stay per accelerator."""
+    if not getattr(step, "hardware", None):
+        return {}
+    hw = step.hardware[0]
+    return {"accelerator_type": hw.accelerator_type, "hardware": hw.record()}
