@@ -250,6 +250,7 @@ def test_a_reordered_group_still_names_the_plan_as_given():
         ("FLEX_START", "NVIDIA_TESLA_A100"), ("FLEX_START", "NVIDIA_H100_80GB"),
         ("SPOT", "NVIDIA_TESLA_A100"), ("SPOT", "NVIDIA_H100_80GB")]
     assert [given_index(swapped, i) for i in range(4)] == [0, 0, 1, 1]
+    assert reorder(swapped, {"0": [1, 0], "1": [1, 0]}) == swapped  # applied again (a resumed try): the same
 
 
 # ---------------------------------------------------------------------------- per accelerator, raced

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow_gpu_sched.orchestration.hardware import groups
+from airflow_gpu_sched.orchestration.hardware import alternative, groups
 from airflow_gpu_sched.orchestration.hardware_order import ORDERS, rank
 
 
@@ -33,7 +33,7 @@ def decide(operator: Any, steps: list[Any], history: list[dict[str, Any]], now: 
         prices = _prices(operator, group, labels, region) if how == "cheapest" else None
         order, inputs = rank(labels, accelerators, how, region, history, now, group[0].strategy, prices,
                              run_seconds or 3600.0, time_left)
-        orders[str(index)] = list(order)
+        orders[str(index)] = [alternative(group[k]) for k in order]  # by the list given: reorder() is idempotent
         operator.log.info("plan[%d] %s: hardware in the order %s in %s: %s (given: %s; %s)", index, group[0].strategy,
                           "observed" if how == "observed" else "of expected cost", region,
                           ", ".join(labels[k] for k in order), ", ".join(labels), "; ".join(str(i) for i in inputs))

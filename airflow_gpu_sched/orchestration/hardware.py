@@ -215,7 +215,8 @@ def groups(steps: list[Any]) -> list[int]:
 
 def reorder(steps: list[Any], orders: dict[str, list[int]] | None) -> list[Any]:
     """The expanded plan with each given step's alternatives in the decided order (``orders``:
-    given index -> the alternatives' positions in the group, as ``hardware_order`` ranked them)."""
+    given index -> the alternatives, by their index in the list given, as ``hardware_order``
+    ranked them). Idempotent: a plan already in that order stays as it is."""
     if not orders:
         return list(steps)
     given = groups(steps)
@@ -223,8 +224,16 @@ def reorder(steps: list[Any], orders: dict[str, list[int]] | None) -> list[Any]:
     for index in dict.fromkeys(given):
         group = [s for s, g in zip(steps, given) if g == index]
         order = orders.get(str(index))
-        out += [group[k] for k in order] if order and sorted(order) == list(range(len(group))) else group
+        if order and sorted(order) == sorted(alternative(s) for s in group):
+            group = sorted(group, key=lambda s: order.index(alternative(s)))
+        out += group
     return out
+
+
+def alternative(step: Any) -> int:
+    """The step's alternative, by its index in the ``hardware`` list given (0 for a step of one)."""
+    match = re.search(r"\[(\d+)\]$", getattr(step, "hardware_origin", None) or "")
+    return int(match.group(1)) if match else 0
 
 
 def no_job_fields(step: Any) -> dict[str, Any]:
