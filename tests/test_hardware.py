@@ -281,3 +281,27 @@ def test_alternatives_raced_one_member_each_the_one_that_gets_capacity_wins(fast
     assert result["state"] == "JOB_STATE_SUCCEEDED" and result["hardware"] == A100_2X4
     lost = [a for a in result["attempts"] if a.get("race") == "lost"]
     assert [a["accelerator_type"] for a in lost] == ["NVIDIA_H100_80GB"]
+
+
+def test_plan_objective_cost_creates_the_job_on_the_cheaper_alternative_first(airflow_db, fast_emulator):
+    from airflow.sdk import DAG
+
+    from airflow_gpu_sched.orchestration.ledger import LEDGER_KEY
+    from tests.test_cost_objective import seen, store
+
+    _clean_history()
+    now = datetime.now(timezone.utc)
+    store([seen(LOCATION, 60.0, strategy="STANDARD", accelerator=a, now=now)  # both delivered lately
+           for a in ("NVIDIA_H100_80GB", "NVIDIA_TESLA_A100")])
+    prices = {"currency": "USD", "NVIDIA_H100_80GB": {"STANDARD": 5.0}, "NVIDIA_TESLA_A100": {"STANDARD": 2.0}}
+    with DAG("cheapest_hardware", schedule=None, start_date=START) as dag:
+        GpuTrainingOperator(task_id="train", poll_interval=0.02, prices=prices, plan_objective="cost",
+                            plan=[{"strategy": "STANDARD", "hardware": [H100, A100_2X4]}], **COMMON)
+    try:
+        result = run_dag(dag, logical_date=START)
+        assert result.state == "success"
+        assert [a["hardware"] for a in result["train"].return_value["attempts"]] == [A100_2X4]  # 16/h, not 40/h
+        assert result.task_state_store["train"][LEDGER_KEY]["hardware_orders"] == {"0": [1, 0]}
+        assert len(_jobs(fast_emulator)) == 1
+    finally:
+        _clean_history()

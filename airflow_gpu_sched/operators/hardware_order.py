@@ -24,7 +24,7 @@ def decide(operator: Any, steps: list[Any], history: list[dict[str, Any]], now: 
     orders: dict[str, list[int]] = {}
     for index in dict.fromkeys(given):
         group = [s for s, g in zip(steps, given) if g == index]
-        how = group[0].hardware_order
+        how = _order_of(operator, group[0])
         if how not in ORDERS or len(group) < 2 or not all(s.hardware for s in group):
             continue
         region = (group[0].locations or (operator.location,))[0]
@@ -38,6 +38,16 @@ def decide(operator: Any, steps: list[Any], history: list[dict[str, Any]], now: 
                           "observed" if how == "observed" else "of expected cost", region,
                           ", ".join(labels[k] for k in order), ", ".join(labels), "; ".join(str(i) for i in inputs))
     return orders
+
+
+def _order_of(operator: Any, step: Any) -> str | None:
+    """The step's own hardware_order, else the one its plan_objective implies (as for regions)."""
+    from airflow_gpu_sched.orchestration.cheapest import OBJECTIVES
+
+    own = getattr(step, "hardware_order", None)
+    if own not in (None, "given"):
+        return own
+    return None if own == "given" else OBJECTIVES.get(getattr(operator, "plan_objective", None) or "")
 
 
 def _prices(operator: Any, group: list[Any], labels: tuple[str, ...], region: str) -> dict[str, float | None]:
