@@ -143,6 +143,29 @@ with DAG("hw", schedule=None, start_date=datetime(2026, 1, 1)):
     assert "plan[0].hardware[1].accelerator_count: plan[0] FLEX_START: 'a2-highgpu-4g' takes NVIDIA_TESLA_A100" in err
 
 
+def test_the_cli_quota_check_reads_each_alternatives_accelerator(airflow_db, fast_emulator, tmp_path, capsys):
+    from airflow_gpu_sched.tools.cli import main
+
+    fast_emulator.set_quota_limit("custom_model_training_preemptible_nvidia_h100_gpus", 4, region=LOCATION)
+    path = tmp_path / "hw.py"
+    path.write_text(f"""
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_gpu_sched.operators import GpuTrainingOperator
+
+with DAG("hwq", schedule=None, start_date=datetime(2026, 1, 1)):
+    GpuTrainingOperator(task_id="train", project_id="{PROJECT}", location="{LOCATION}", image_uri="gcr.io/p/t:1",
+                        machine_type="a2-highgpu-1g", accelerator_type="NVIDIA_TESLA_A100", accelerator_count=1,
+                        plan=[{{"strategy": "SPOT", "hardware": {[H100, A100_2X4]!r}}}])
+""")
+    capsys.readouterr()
+    assert main(["quota", "check", str(path), "-o", "json"]) == 1  # the H100 alternative's quota is too low
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["metric"].rsplit("_", 2)[-2], r["need"], r["verdict"].split(":")[0]) for r in rows] == [
+        ("h100", 8, "TOO LOW"), ("a100", 8, "ok")]
+    assert rows[0]["step"] == "SPOT on a3-highgpu-8g (8 x NVIDIA_H100_80GB)"
+
+
 def test_a_step_of_n_alternatives_is_n_positions_in_order_each_with_its_regions():
     steps = parse_plan([{"strategy": "SPOT", "locations": ["us-central1", "us-east4"], "hardware": [H100, A100_2X4]},
                         {"strategy": "STANDARD"}])

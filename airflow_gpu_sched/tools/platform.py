@@ -397,8 +397,8 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
                     infos_by_region[region] = exc
             infos = infos_by_region[region]
             if isinstance(infos, Exception):
-                rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
-                                     None, f"unreadable: {type(infos).__name__}"))
+                rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy + step.hardware_text, region, metric,
+                                     need * parallel, None, f"unreadable: {type(infos).__name__}"))
                 continue
             limit = quota_limit(infos, metric, region)
             if limit is None or limit <= UNLIMITED:
@@ -410,8 +410,8 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
                            "the others wait for quota")
             else:
                 verdict = "ok"
-            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
-                                 limit, verdict))
+            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy + step.hardware_text, region, metric,
+                                 need * parallel, limit, verdict))  # an alternative: its own accelerator's quota
     return rows
 
 
