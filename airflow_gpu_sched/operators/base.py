@@ -111,6 +111,7 @@ class VertexTrainingOperator(BaseOperator):
         transient_error_window: float = TRANSIENT_ERROR_WINDOW,
         plan: list[Step | dict[str, Any]] | None = None,
         fallback: list[Step | dict[str, Any]] | None = None,
+        hardware: list[dict[str, Any]] | None = None,
         regions_first: bool = True,
         deadline: datetime | timedelta | None = None,
         expected_run_time: timedelta | float | str | None = None,

@@ -19,11 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_gpu_sched.operators import running
-from airflow_gpu_sched.orchestration.ledger import DECISION_KEYS, ORDERS_KEY, PREEMPTIONS_KEY, WAITS_KEY, SubmissionLedger
+from airflow_gpu_sched.orchestration.ledger import (DECISION_KEYS, HARDWARE_KEY, ORDERS_KEY, PREEMPTIONS_KEY, WAITS_KEY,
+                                                   SubmissionLedger)
 
 LEDGER_ORDERS = ORDERS_KEY  # step index -> its locations, in the order this run tries them (ledger.py writes it)
 LEDGER_WAITS = WAITS_KEY  # step index -> {region: seconds}: max_wait_duration="observed"
 LEDGER_PREEMPTIONS = PREEMPTIONS_KEY  # SPOT step index -> {region: per run}: the cost objective's
+LEDGER_HARDWARE = HARDWARE_KEY  # given step index -> its hardware alternatives' order (operators/hardware_order.py)
 DECIDED = DECISION_KEYS
 
 
@@ -40,7 +42,8 @@ def order_of(operator: Any, step: Any) -> str | None:
 def uses_observed(steps: list[Any], operator: Any = None) -> bool:
     """Does this plan read (and so record) the capacity history?"""
     return any(order_of(operator, step) in ("observed", "cheapest") or getattr(step, "observed_wait", None)
-               for step in steps)
+               for step in steps) or any(getattr(step, "hardware_order", None) in ("observed", "cheapest")
+                                         for step in steps)
 
 
 def apply(operator: Any, ledger: SubmissionLedger, context: Any = None) -> None:
@@ -54,7 +57,11 @@ def apply(operator: Any, ledger: SubmissionLedger, context: Any = None) -> None:
         decided = _decide(operator, steps, ledger, context)
         ledger.keep_run_decisions(decided)
     operator.run_decisions = decided
-    operator.plan = [_decided(step, *(decided[key].get(str(i)) for key in DECIDED)) for i, step in enumerate(steps)]
+    from airflow_gpu_sched.orchestration.hardware import reorder
+
+    steps = reorder(steps, decided.get(LEDGER_HARDWARE))  # first: the other decisions are by the reordered index
+    keys = (LEDGER_ORDERS, LEDGER_WAITS, LEDGER_PREEMPTIONS)
+    operator.plan = [_decided(step, *(decided[key].get(str(i)) for key in keys)) for i, step in enumerate(steps)]
 
 
 def _decided(step: Any, order: list[str] | None, waits: dict[str, float] | None,
@@ -85,6 +92,13 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> dict[
     if problem:
         operator.log.warning("could not read the capacity history (Variables %s*: %s): regions in the order given",
                              observed.VARIABLE, problem)
+    from airflow_gpu_sched.operators import hardware_order
+    from airflow_gpu_sched.orchestration.hardware import reorder
+
+    deadline, run = _deadline_and_run(operator, ledger, context)
+    hardware = hardware_order.decide(operator, steps, history, now, run.total_seconds() if run else None,
+                                     None if deadline is None else (deadline - now).total_seconds())
+    steps = reorder(steps, hardware)
     orders: dict[str, list[str]] = {}
     preemptions: dict[str, dict[str, float]] = {}
     for index, step in enumerate(steps):
@@ -108,7 +122,7 @@ def _decide(operator: Any, steps: list[Any], ledger: Any, context: Any) -> dict[
                           ", ".join(ranked), ", ".join(step.locations), "; ".join(str(score) for score in inputs))
     ordered = [_decided(step, orders.get(str(i)), None, None) for i, step in enumerate(steps)]
     return {LEDGER_ORDERS: orders, LEDGER_WAITS: _waits(operator, ordered, history, now, ledger, context),
-            LEDGER_PREEMPTIONS: preemptions}
+            LEDGER_PREEMPTIONS: preemptions, LEDGER_HARDWARE: hardware}
 
 
 def _cheapest(operator: Any, step: Any, accelerator: str, history: list[dict[str, Any]], now: datetime,

@@ -223,7 +223,10 @@ def _close(op: Any, context: Any, ledger: SubmissionLedger, close: engine.Close,
 
     where = {"position": close.position, "location": close.location}
     if close.job_name is None:  # the attempt never got a job
-        record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where)
+        from airflow_gpu_sched.orchestration.hardware import no_job_fields
+
+        record = no_job_record(close.strategy, close.state or "", close.waited, close.error, **where,
+                               **no_job_fields(op.plan[op.positions()[close.position][0]]))
         ledger.finish_attempt(record)
         observe.no_job_closed(op, record)
         return

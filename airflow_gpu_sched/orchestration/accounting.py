@@ -36,11 +36,13 @@ from airflow_gpu_sched.vertex.wire_scalars import format_timestamp
 RESULT_KEYS = ("job_name", "state", "strategy", "attempts", "preemptions", "preemptions_lower_bound",
                "queued_seconds",
                "run_seconds", "gpu_hours", "cost", "currency", "console_url", "base_output_dir",
-               "times")
+               "times", "hardware")
 ATTEMPT_KEYS = ("job_name", "strategy", "location", "state", "create_time", "start_time", "end_time",
                 "queued_seconds", "run_seconds", "gpu_hours", "cost", "error",
                 # for the timeline (drawing/timeline.py): how the attempt ended, restarts seen, on what
                 "outcome", "restarts_observed", "accelerator_type",
+                # the hardware it got (orchestration/hardware.py: the alternative a plan step tried)
+                "hardware",
                 # when it got capacity as observed, and whether that is exact or bounded by a poll
                 "running_since", "times")
 
@@ -79,6 +81,7 @@ def attempt_record(job: CustomJob, strategy: str, outcome: str, observed_restart
         "restarts_observed": observed_restarts,
         "outcome": outcome,
         "accelerator_type": _accelerator(job),
+        "hardware": hardware_of(job),
         "error": job.error.message if job.error and job.error.message else None,
         "running_since": times["running_since"],
         "times": times,
@@ -91,8 +94,8 @@ def no_job_record(strategy: str, state: str, waited_seconds: float, error: str |
     return {"job_name": None, "strategy": strategy, "state": state, "create_time": None, "start_time": None,
             "end_time": None, "running_since": None,
             "times": {"running_since": None, "exact": True, "bound_seconds": 0.0, "source": "never_ran"}, "queued_seconds": round(waited_seconds, 3), "run_seconds": 0.0, "gpu_hours": 0.0,
-            "restarts_observed": 0, "outcome": "capacity_timeout", "accelerator_type": None, "error": error,
-            **extra}
+            "restarts_observed": 0, "outcome": "capacity_timeout", "accelerator_type": None, "hardware": None,
+            "error": error, **extra}
 
 
 def _accelerator(job: CustomJob) -> str | None:
@@ -100,6 +103,17 @@ def _accelerator(job: CustomJob) -> str | None:
         if pool.machine_spec and pool.machine_spec.accelerator_type:
             return pool.machine_spec.accelerator_type.value
     return None
+
+
+def hardware_of(job: CustomJob) -> dict[str, Any] | None:
+    """What the job ran on: its first active pool's machine and GPUs, and its machines in all."""
+    pools = job.job_spec.active_pools()
+    machine = pools[0][1].machine_spec if pools else None
+    if machine is None:
+        return None
+    accelerator = machine.accelerator_type.value if machine.accelerator_type else None
+    return {"machine_type": machine.machine_type, "accelerator_type": accelerator,
+            "accelerator_count": machine.accelerator_count, "replica_count": sum(p.replicas for _, p in pools)}
 
 
 def console_url(job_name: str) -> str:
@@ -164,6 +178,7 @@ def task_result(attempts: list[dict[str, Any]], preemptions: int, base_output_di
         "console_url": console_url(last["job_name"]) if last["job_name"] else None,  # a failed try's last may have no job
         "base_output_dir": base_output_dir,
         "times": totals_times(attempts),
+        "hardware": last.get("hardware"),  # what the last attempt ran on (each attempt's: its own)
         **(outputs or {}),
         **hedging(shown, prices),
     }

@@ -45,6 +45,14 @@ class Budget:
     expected_preemptions: float = 0.0  # per SPOT run (observed rates, when known)
     spent: float = 0.0
     note: str = ""  # e.g. the run budget's share, said in each refusal
+    # a step on a hardware alternative holds its own GPUs (orchestration/hardware.py): (Hardware, demand)
+    hardware_demand: tuple[tuple[Any, tuple[tuple[str, int], ...]], ...] = ()
+
+    def demand_of(self, step: Step) -> tuple[tuple[str, int], ...]:
+        """The GPUs ``step``'s job holds at once: its hardware alternative's, else the job's."""
+        if step.hardware:
+            return dict(self.hardware_demand).get(step.hardware[0], self.demand)
+        return self.demand
 
     @property
     def currency(self) -> str:
@@ -66,19 +74,19 @@ def estimate(budget: Budget, step: Step, location: str) -> Estimate:
         costs = [m.cost for m in members]
         return Estimate(max(m.price for m in known),  # type: ignore[type-var]
                         None if None in costs else max(costs))  # type: ignore[type-var]
-    total = 0.0
-    for accelerator, gpus in budget.demand:
+    total, demand = 0.0, budget.demand_of(step)
+    for accelerator, gpus in demand:
         price = price_of(budget.prices, accelerator, step.strategy, location)
         if price is None:
             return Estimate(None, None)
         total += price * gpus
     if budget.expected_run_time is None:
-        return Estimate(total / max(1, sum(g for _, g in budget.demand)), None)
+        return Estimate(total / max(1, sum(g for _, g in demand)), None)
     hours = budget.expected_run_time.total_seconds() / 3600
     observed = step.preemptions_in(location) if isinstance(step, SpotStep) and step.observed_preemptions else None
     waste = 1 + PREEMPTION_WASTE * (budget.expected_preemptions if observed is None else observed) \
         if isinstance(step, SpotStep) else 1.0  # observed: the cost objective's rate for the region
-    per_gpu = total / max(1, sum(g for _, g in budget.demand))
+    per_gpu = total / max(1, sum(g for _, g in demand))
     return Estimate(per_gpu, round(total * hours * waste, 4))
 
 
@@ -183,7 +191,8 @@ def budget_for(operator: Any, ledger: Any, context: Any = None) -> Budget | None
     spent = sum(attempt_cost(a, prices) or 0.0 for a in ledger.attempts)
     budget = Budget(remaining=None if limit is None else float(limit) - spent, prices=prices,
                     demand=tuple((getattr(a, "value", str(a)), n) for a, n in demand.items()),
-                    expected_run_time=operator.expected_run_time, spent=spent)
+                    expected_run_time=operator.expected_run_time, spent=spent,
+                    hardware_demand=_hardware_demand(operator, steps))
     if run is None:
         return budget
     held = ledger.run_budget or _reserve(operator, budget, run, context)
@@ -194,6 +203,16 @@ def budget_for(operator: Any, ledger: Any, context: Any = None) -> Budget | None
             f"run budget {run.name!r}: {held['why']}")
     return replace(budget, remaining=max(0.0, remaining), spent=float(held["amount"]) - max(0.0, remaining)
                    if held["holds"] else spent, note=note)
+
+
+def _hardware_demand(operator: Any, steps: list[Step]) -> tuple[tuple[Any, tuple[tuple[str, int], ...]], ...]:
+    """Each hardware alternative's GPUs held at once, from its own job (prices per accelerator)."""
+    found = {}
+    for step in steps:
+        if step.hardware and step.hardware[0] not in found:
+            held = operator.build_job(step=step).job_spec.accelerator_demand()
+            found[step.hardware[0]] = tuple((getattr(a, "value", str(a)), n) for a, n in held.items())
+    return tuple(found.items())
 
 
 LEDGER_RUN_BUDGET = "run_budget"  # the submission ledger's record of this task's reservation (ledger.RUN_BUDGET_KEY)

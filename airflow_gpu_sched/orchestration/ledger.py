@@ -55,7 +55,8 @@ RACE_KEY = "race"
 ORDERS_KEY = "region_orders"  # operators/region_order.py (its LEDGER_ORDERS)
 WAITS_KEY = "learned_waits"  # operators/region_order.py: max_wait_duration="observed", per step and region
 PREEMPTIONS_KEY = "observed_preemptions"  # operators/region_order.py: a SPOT step's, under the cost objective
-DECISION_KEYS = (ORDERS_KEY, WAITS_KEY, PREEMPTIONS_KEY)  # what a training run decides once at its start
+HARDWARE_KEY = "hardware_orders"  # operators/region_order.py: a step's hardware alternatives, ranked (hardware_order.py)
+DECISION_KEYS = (ORDERS_KEY, WAITS_KEY, PREEMPTIONS_KEY, HARDWARE_KEY)  # what a training run decides once at its start
 RUN_BUDGET_KEY = "run_budget"  # orchestration/budget.py (its LEDGER_RUN_BUDGET)
 SUBMISSION_LABEL = "gpu-sched-submission"
 MANAGED_LABEL = "managed-by"

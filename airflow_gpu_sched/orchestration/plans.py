@@ -21,21 +21,24 @@ Steps are typed objects, or plain dicts whose keys are the operators' own argume
     {"strategy": "RESERVATION", "reservation": "projects/p/zones/us-central1-a/reservations/h100-nightly"}
     {"strategy": "RESERVATION", "reservation": "ANY"}
     {"race": [{"strategy": "FLEX_START", "locations": ["us-east4"]}, {"strategy": "SPOT"}]}  # RaceStep
+    {"strategy": "FLEX_START", "hardware": [{"machine_type": "a3-highgpu-8g", "accelerator_type":
+     "NVIDIA_H100_80GB", "accelerator_count": 8}, {"machine_type": "a2-highgpu-4g", ...}]}  # .hardware
 
 Any step takes ``region_order="observed"``: its locations are tried in the order of the capacity
 this installation observed there recently (:mod:`.observed`), instead of as given.
 
-May import: vertex; airflow.
+May import: vertex, orchestration; airflow.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from airflow_gpu_sched.vertex.models import Scheduling
 from airflow_gpu_sched.vertex.wire_scalars import parse_duration
+from airflow_gpu_sched.orchestration.hardware import HardwareError
 from airflow_gpu_sched.vertex.rules import PERSISTENT_RESOURCE_ID, Violation
 
 STRATEGIES = ("PERSISTENT_RESOURCE", "FLEX_START", "SPOT", "STANDARD", "RESERVATION")
@@ -49,6 +52,9 @@ class Step:
     capacity_wait_timeout: timedelta | None = None  # the job must be RUNNING within this (None: no bound)
     region_order: str | None = None  # "observed": by recent capacity; "cheapest": by expected cost (None, "given": as listed)
     max_price_per_gpu_hour: float | None = None  # run only where the price table says at most this (budget.py)
+    hardware: tuple[Any, ...] = ()  # hardware.Hardware alternatives (one once the plan is expanded; (): the job's own)
+    hardware_origin: str | None = None  # where they were given (plan[1].hardware[0]): errors name it
+    hardware_order: str | None = None  # "observed" / "cheapest": the alternatives ranked at the run's start (hardware_order.py)
 
     def scheduling(self, timeout: timedelta | None, max_wait: timedelta | None = None) -> dict[str, Any]:
         block: dict[str, Any] = {"strategy": self.strategy}
@@ -63,8 +69,14 @@ class Step:
 
     def describe(self) -> str:
         knobs = ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                          if f.name != "locations" and getattr(self, f.name) is not None)
-        return f"{self.strategy}({knobs})" if knobs else self.strategy
+                          if f.name not in ("locations", "hardware", "hardware_origin", "hardware_order")
+                          and getattr(self, f.name) is not None)
+        return (f"{self.strategy}({knobs})" if knobs else self.strategy) + self.hardware_text
+
+    @property
+    def hardware_text(self) -> str:
+        """`` on 8 x a3-highgpu-8g (...)`` when the step names its hardware."""
+        return " on " + " | ".join(str(h) for h in self.hardware) if self.hardware else ""
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ class PersistentResourceStep(Step):
         return {"timeout": timeout} if timeout is not None else {}  # its VMs exist: no capacity strategy
 
     def describe(self) -> str:
-        return f"PERSISTENT_RESOURCE({self.resource_id}, capacity_wait_timeout={self.capacity_wait_timeout})"
+        return f"PERSISTENT_RESOURCE({self.resource_id}, capacity_wait_timeout={self.capacity_wait_timeout})"  # no hardware
 
 
 @dataclass(frozen=True)
@@ -151,13 +163,13 @@ class ReservationStep(Step):
         return None if self.reservation == "ANY" else self.reservation
 
     def describe(self) -> str:
-        return f"RESERVATION({self.reservation})"
+        return f"RESERVATION({self.reservation})" + self.hardware_text
 
 
 STEP_TYPES: dict[str, type[Step]] = {t.strategy: t for t in (PersistentResourceStep, FlexStartStep, SpotStep,
                                                               StandardStep, ReservationStep)}
 _DURATIONS = {"max_wait_duration", "capacity_wait_timeout"}
-_DECIDED = {"observed_wait", "learned_waits", "observed_preemptions"}  # set from max_wait_duration="observed" and the history, not given
+_DECIDED = {"observed_wait", "learned_waits", "observed_preemptions", "hardware_origin"}  # set from max_wait_duration="observed" and the history, not given
 
 
 class PlanError(ValueError):
@@ -188,6 +200,14 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templ
     problems = []
     templated = set()
     for key, raw in data.items():
+        if key == "hardware" and ignore_templates and _has_template(raw):
+            continue  # checked once rendered
+        if key == "hardware" and key in names:
+            try:
+                kwargs["hardware"], kwargs["hardware_origin"] = _hardware(raw, f"{path}.hardware")
+            except HardwareError as exc:
+                problems += exc.violations
+            continue
         if ignore_templates and key in names and _is_template(raw):
             templated.add(f"{path}.{key}")
             if key in _DURATIONS or key == "max_preemption_retries":
@@ -211,6 +231,19 @@ def parse_step(value: Step | dict[str, Any], path: str = "plan[0]", ignore_templ
     if problems:
         raise PlanError(problems)
     return step
+
+
+def _hardware(raw: Any, path: str) -> tuple[tuple[Any, ...], str]:
+    from airflow_gpu_sched.orchestration.hardware import parse_hardware
+
+    found = parse_hardware(raw, path)
+    return found, path if len(found) > 1 else f"{path}[0]"
+
+
+def _has_template(raw: Any) -> bool:
+    import json
+
+    return _is_template(json.dumps(raw, default=str))
 
 
 def is_observed_wait(raw: Any) -> bool:
@@ -239,7 +272,7 @@ def _convert(key: str, raw: Any) -> Any:
         if not isinstance(raw, (list, tuple)) or not all(isinstance(x, str) and x for x in raw):
             raise ValueError("must be a list of region names")
         return tuple(raw)
-    if key == "region_order":
+    if key in ("region_order", "hardware_order"):
         if raw is not None and raw not in REGION_ORDERS:
             raise ValueError(f"must be one of {', '.join(REGION_ORDERS)} (got {raw!r})")
     if key == "max_price_per_gpu_hour":
@@ -269,6 +302,9 @@ def check_step(step: Step, path: str) -> list[Violation]:
         found.append(Violation(f"{path}.persistent_resource_id",
                                f"{step.persistent_resource_id!r} is not a persistent resource id: 1-63 lowercase "
                                "letters, digits and '-', starting with a letter"))
+    if isinstance(step, PersistentResourceStep) and step.hardware:
+        found.append(Violation(f"{path}.hardware", "a PERSISTENT_RESOURCE step runs on its resource's machines: "
+                                                   "give hardware alternatives to the other steps"))
     if isinstance(step, ReservationStep):
         from airflow_gpu_sched.vertex.reservations import check_reservation
 
@@ -286,21 +322,43 @@ def check_regions(steps: list[Step], default_location: str) -> list[Violation]:
             for v in check_reservation(step.reservation, f"plan[{index}].reservation", (default_location,))]
 
 
-def parse_plan(values: Any, ignore_templates: bool = False) -> list[Step]:
+def parse_plan(values: Any, ignore_templates: bool = False, hardware: Any = None) -> list[Step]:
+    """The steps; ``hardware``: the operator's alternatives, for every step that names none. A step
+    of N hardware alternatives is N steps of one, in order (orchestration/hardware.py)."""
+    from airflow_gpu_sched.orchestration.hardware import expand
+
     if not isinstance(values, (list, tuple)) or not values:
         raise PlanError([Violation("plan", "must be a non-empty list of steps")])
     steps, problems = [], []
+    default = _default_hardware(hardware, ignore_templates)
     for index, value in enumerate(values):
         try:
             if isinstance(value, RaceStep) or (isinstance(value, dict) and "race" in value):
-                steps.append(parse_race(value, f"plan[{index}]", ignore_templates))
+                steps.append(parse_race(value, f"plan[{index}]", ignore_templates, default))
                 continue
-            steps.append(parse_step(value, f"plan[{index}]", ignore_templates))
+            step = _with_default(parse_step(value, f"plan[{index}]", ignore_templates), default)
+            steps += expand(step)
         except PlanError as exc:
             problems += exc.violations
     if problems:
-        raise PlanError(problems)
+        raise PlanError(list(dict.fromkeys(problems)))
     return steps
+
+
+def _default_hardware(hardware: Any, ignore_templates: bool) -> tuple[tuple[Any, ...], str] | None:
+    """The operator's ``hardware=``, parsed (errors name ``hardware[k].<field>``)."""
+    if hardware is None or (ignore_templates and _has_template(hardware)):
+        return None
+    try:
+        return _hardware(hardware, "hardware")
+    except HardwareError as exc:
+        raise PlanError(exc.violations) from None
+
+
+def _with_default(step: Step, default: tuple[tuple[Any, ...], str] | None) -> Step:
+    if default is None or step.hardware or isinstance(step, PersistentResourceStep):
+        return step
+    return replace(step, hardware=default[0], hardware_origin=default[1])
 
 
 def positions(steps: list[Step], default_location: str, regions_first: bool = True) -> list[tuple[int, str]]:
@@ -372,7 +430,8 @@ class RaceStep(Step):
                                    for m in self.members) + ")"
 
 
-def parse_race(value: RaceStep | dict[str, Any], path: str = "plan[0]", ignore_templates: bool = False) -> RaceStep:
+def parse_race(value: RaceStep | dict[str, Any], path: str = "plan[0]", ignore_templates: bool = False,
+               hardware: tuple[tuple[Any, ...], str] | None = None) -> RaceStep:
     """A race step from ``{"race": [step, ...]}``; errors name the member and the rule."""
     if isinstance(value, RaceStep):
         members: Any = list(value.members)
@@ -402,6 +461,10 @@ def parse_race(value: RaceStep | dict[str, Any], path: str = "plan[0]", ignore_t
         if len(step.locations) > 1:
             problems.append(Violation(f"{where}.locations", "a race member runs in one region (got "
                                                             f"{len(step.locations)}): list one member per region"))
+        step = _with_default(step, hardware)
+        if len(step.hardware) > 1:
+            problems.append(Violation(f"{where}.hardware", "a race member runs on one hardware alternative (got "
+                                                           f"{len(step.hardware)}): list one member per alternative"))
         parsed.append(step)
     if problems:
         raise PlanError(problems)

@@ -39,7 +39,7 @@ JOB_ARGS = ("project_id", "location", "display_name", "worker_pool_specs", "job_
             "base_output_dir", "labels", "timeout", "service_account")
 JOB_TYPE_ARGS = ("job_type", "study_spec", "max_trial_count", "parallel_trial_count", "max_failed_trial_count",
                  "model_display_name", "model_serving_image_uri", "parent_model")
-PLAN_ARGS = ("plan", "fallback", "regions_first", "deadline", "expected_run_time", "prices", "budget", "run_budget",
+PLAN_ARGS = ("plan", "fallback", "hardware", "regions_first", "deadline", "expected_run_time", "prices", "budget", "run_budget",
              "quota_preflight", "retry_on_user_code_failure", "resubmit_on", "max_failure_resubmits",
              "plan_objective")
 CONNECTION_ARGS = ("gcp_conn_id", "impersonation_chain", "deferrable", "poll_interval", "transient_error_window")
@@ -102,6 +102,11 @@ PARAMETERS = """
         timeout, uncorrectable ECC, Xid; exit codes, regexes) from the same checkpoints, at most this many times a
         run (default 0: never); anything else stays the user's failure (docs/resubmit.md).
     :param fallback: steps tried after this operator's own when capacity does not come.
+    :param hardware: alternatives tried in order, each bounded by its step's ``capacity_wait_timeout``:
+        ``[{"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB", "accelerator_count": 8,
+        "replica_count": 1}, ...]`` (``replica_count``: machines in all); every step that names no
+        ``hardware`` of its own takes them. The job's pools are rewritten for each, and the job
+        reads the one it got from ``GPU_SCHED_HARDWARE`` (docs/plans.md, "Hardware alternatives").
     :param regions_first: on a capacity outcome try the step's next region before the next step
         (default), or every step in one region before the next region.
     :param deadline: bounds the whole plan: an absolute datetime, or a timedelta after the data
@@ -159,6 +164,7 @@ def store(op: Any, given: dict[str, Any]) -> None:
         setattr(op, name, given[name])
     op.transient_error_window = float(given["transient_error_window"])
     op.regions_first = given["regions_first"]
+    op.hardware = given.get("hardware")  # every step's alternatives unless it names its own (orchestration/hardware.py)
     # literal: parsed now; a template: its text until rendered (orchestration/templated_args.py)
     set_scalars(op, {name: given[name] for name in ("timeout", "deadline", "expected_run_time", "poll_interval",
                                                     "prices")}, keep_templates=True)
@@ -210,7 +216,7 @@ def parse_plan(op: Any, ignore_templates: bool) -> list[Step]:
     if isinstance(op.plan_spec, str) and ignore_templates:
         return []  # a file or a template of the whole plan: parsed once read or rendered
     try:
-        return parse(op.plan_spec, ignore_templates=ignore_templates)
+        return parse(op.plan_spec, ignore_templates=ignore_templates, hardware=getattr(op, "hardware", None))
     except PlanError as exc:
         raise InvalidTrainingSpec(exc.violations, f"plan of {op.task_id!r}") from None
 
@@ -238,6 +244,10 @@ def build_job(op: Any, extra_labels: dict[str, str] | None = None, step: Step | 
         accelerator_count=count_arg("accelerator_count", op.accelerator_count),
         replica_count=count_arg("replica_count", op.replica_count))
     labels = {**(op.labels or {}), **(extra_labels or {})}
+    if step.hardware:  # this position's hardware alternative (orchestration/hardware.py)
+        from airflow_gpu_sched.orchestration.hardware import rewrite_pools
+
+        pools = rewrite_pools(pools, step.hardware[0])
     pools = job_spec.with_machine_spec(pools, getattr(step, "machine_spec_extra", dict)())  # RESERVATION
     return job_spec.build_custom_job(
         display_name=op.display_name or f"{op.dag_id}-{op.task_id}",
@@ -275,14 +285,17 @@ def violations(op: Any, ignore_templates: bool) -> list[Violation]:
               + check_objective(op.plan_objective)]
     if ignore_templates:  # an argument that is still a Jinja template is checked once rendered
         found = [v for v in found if not job_spec.has_template(getattr(op, argument(v.path), None))]
-    for index, planned in enumerate(op.plan):
+    from airflow_gpu_sched.orchestration.hardware import given_index, name_violations
+
+    for expanded, planned in enumerate(op.plan):
+        index = given_index(op.plan, expanded)  # as the plan was given (a step of N alternatives: N here)
         members = getattr(planned, "members", None)  # a race: each member's rules
         for member, step in enumerate(members or (planned,)):
             prefix = (f"plan[{index}].race[{member}] {step.strategy}: " if members else
                       f"plan[{index}] {step.strategy}: " if len(op.plan) > 1 else "")
-            found += [Violation(v.path, prefix + v.rule)
-                      for v in job_spec.violations(build_job(op, step=step), ignore_templates=ignore_templates)]
-    return found
+            rules = job_spec.violations(build_job(op, step=step), ignore_templates=ignore_templates)
+            found += [Violation(v.path, prefix + v.rule) for v in name_violations(rules, step.hardware_origin)]
+    return list(dict.fromkeys(found))
 
 
 def check_at_parse_time(op: Any) -> None:

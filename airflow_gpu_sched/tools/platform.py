@@ -330,6 +330,7 @@ def plan_rows(task: Any) -> list[StepRow]:
     (as the operator checks them before submitting; templated fields are checked once rendered)."""
     from airflow_gpu_sched.orchestration import job_spec
     from airflow_gpu_sched.orchestration.budget import plan_check_cells
+    from airflow_gpu_sched.orchestration.hardware import name_violations
 
     if isinstance(getattr(task, "plan_spec", None), str):  # a file or a template of the whole plan
         return [StepRow(task.dag_id, task.task_id, 0, f"plan {task.plan_spec.strip()!r}: checked once rendered",
@@ -339,7 +340,8 @@ def plan_rows(task: Any) -> list[StepRow]:
     for index, planned in enumerate(task.plan):
         regions = [region for i, region in order if i == index]
         for step, step_regions in _members(planned, regions, task.location):
-            found = job_spec.violations(task.build_job(step=step), ignore_templates=True)
+            found = name_violations(job_spec.violations(task.build_job(step=step), ignore_templates=True),
+                                    step.hardware_origin)  # an alternative's field: plan[i].hardware[k].<field>
             label = step.describe() if step is planned else f"{planned.describe()}: {step.describe()}"
             rows.append(StepRow(task.dag_id, task.task_id, index, label, step_regions, rule_sets(task, step),
                                 [str(v) for v in found], plan_check_cells(task, step, step_regions)))
@@ -395,8 +397,8 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
                     infos_by_region[region] = exc
             infos = infos_by_region[region]
             if isinstance(infos, Exception):
-                rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
-                                     None, f"unreadable: {type(infos).__name__}"))
+                rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy + step.hardware_text, region, metric,
+                                     need * parallel, None, f"unreadable: {type(infos).__name__}"))
                 continue
             limit = quota_limit(infos, metric, region)
             if limit is None or limit <= UNLIMITED:
@@ -408,8 +410,8 @@ def quota_rows(task: Any, client_for: Any, project: str | None = None) -> list[Q
                            "the others wait for quota")
             else:
                 verdict = "ok"
-            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy, region, metric, need * parallel,
-                                 limit, verdict))
+            rows.append(QuotaRow(task.dag_id, task.task_id, step.strategy + step.hardware_text, region, metric,
+                                 need * parallel, limit, verdict))  # an alternative: its own accelerator's quota
     return rows
 
 
