@@ -4,6 +4,8 @@ another Airflow or Python than the main one (Airflow 3.3 / Python 3.11, where th
     python tests/matrix.py slice [pytest args...]     # the slice, in the Python running this
     python tests/matrix.py venv AIRFLOW PYTHON DIR   # make DIR as the docs' install line does
     python tests/matrix.py list                      # the matrix, one line per cell
+    python tests/matrix.py cell AIRFLOW PYTHON [pytest args...]   # one cell, one command: its venv
+        # (.venv-afXY-pyZ, made if missing) then its slice on 2 workers, and the seconds each took
 
 Each cell is one line of :data:`MATRIX`; adding Airflow 3.4 is one line there and one file,
 ``constraints/airflow-3.4.txt`` (a ``pip freeze`` of the venv that passed the slice).
@@ -23,7 +25,11 @@ MATRIX = {
     ("3.1", "3.11"): "constraints/airflow-3.1.txt",
     ("3.2", "3.11"): "constraints/airflow-3.2.txt",
     ("3.3", "3.10"): "constraints/airflow-3.3-py3.10.txt",  # constraints.txt's pins of some need 3.11
+    ("3.3", "3.12"): "constraints/airflow-3.3.txt",
     ("3.3", "3.13"): "constraints/airflow-3.3.txt",
+    ("3.1", "3.12"): "constraints/airflow-3.1.txt",
+    ("3.2", "3.12"): "constraints/airflow-3.2.txt",
+    ("3.1", "3.13"): "constraints/airflow-3.1-py3.13.txt",  # + PyYAML-ft, libcst's on 3.13
 }
 
 # Unit and wire tests of what differs between Airflow lines (the names that moved, the ledger's
@@ -109,6 +115,29 @@ def install_line(constraints: str, python: str) -> list[str]:
     return ["-c", constraints, "-e", str(REPO), *(r for r in extra if not r.startswith(NEEDS_311))]
 
 
+def cell(airflow: str, python: str, pytest_args: list[str]) -> int:
+    """One cell with one command: its venv in the checkout (made if missing), then its slice on
+    xdist's 2 workers, printing the seconds of each (what docs/compatibility.md reports)."""
+    import time
+
+    if (airflow, python) not in MATRIX:
+        print(f"no cell Airflow {airflow} / Python {python} in MATRIX (tests/matrix.py list)", file=sys.stderr)
+        return 2
+    where = REPO / f".venv-af{airflow.replace('.', '')}-py{python.replace('.', '')}"
+    started = time.monotonic()
+    if not (where / "bin" / "python").exists():
+        code = main(["venv", airflow, python, str(where)])
+        print(f"matrix: venv {where.name} took {time.monotonic() - started:.0f} s", flush=True)
+        if code:
+            return code
+    sliced = time.monotonic()
+    code = subprocess.call([str(where / "bin" / "python"), __file__, "slice",
+                            *(pytest_args or ["-q", "-n", "2", "--dist", "loadgroup"])], cwd=REPO)
+    print(f"matrix: slice of Airflow {airflow} / Python {python} took {time.monotonic() - sliced:.0f} s "
+          f"(exit {code})", flush=True)
+    return code
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["slice"]:
         from importlib.metadata import version
@@ -123,6 +152,8 @@ def main(argv: list[str]) -> int:
         for (airflow, python), constraints in MATRIX.items():
             print(f"Airflow {airflow}  Python {python}  {constraints}")
         return 0
+    if argv[:1] == ["cell"] and len(argv) >= 3:
+        return cell(argv[1], argv[2], argv[3:])
     if argv[:1] == ["venv"] and len(argv) == 4:
         airflow, python, where = argv[1:]
         constraints = str(REPO / MATRIX[(airflow, python)])

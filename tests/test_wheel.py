@@ -27,6 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(600)
 
 
+def _matrix():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("matrix", ROOT / "tests" / "matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, Path, dict]:
     tmp = tmp_path_factory.mktemp("wheel")
@@ -77,9 +86,13 @@ def test_the_wheel_carries_the_markers_the_license_and_the_examples(installed):
     assert not any(line.startswith(("License:", "Classifier: License ::")) for line in lines)
     urls = {line.split(": ", 1)[1].split(",")[0] for line in lines if line.startswith("Project-URL: ")}
     assert {"Documentation", "Source", "Changelog"} <= urls
-    # exactly the Python versions the suite runs on: the one running it
+    # exactly the Python versions tested: the one the whole suite runs on, and the matrix's
+    # (tests/matrix.py: each cell's slice was run, docs/compatibility.md gives when and the result)
     pythons = {line.rsplit(" :: ", 1)[1] for line in lines if line.startswith("Classifier: Programming Language :: Python :: 3.")}
-    assert pythons == {f"{sys.version_info.major}.{sys.version_info.minor}"}
+    assert pythons == {f"{sys.version_info.major}.{sys.version_info.minor}"} | {py for _, py in _matrix().MATRIX}
+    tested = sorted(pythons, key=lambda v: tuple(map(int, v.split("."))))
+    low, high = tested[0], tested[-1].split(".")
+    assert f"Requires-Python: <{high[0]}.{int(high[1]) + 1},>={low}" in lines  # no untried Python either
     assert "Provides-Extra: google" in lines
     assert any(line.startswith("Requires-Dist: apache-airflow-providers-google") and 'extra == "google"' in line
                for line in lines)
