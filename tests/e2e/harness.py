@@ -67,10 +67,39 @@ def stop_left_running() -> None:
             print(f"stop_left_running: {error!r}", file=sys.stderr)
 
 
+# Ports handed out, each from a band of its own per pytest-xdist worker (gw0, gw1, ...; a run
+# without xdist the first) and below Linux's ephemeral range (32768-60999): a port checked free
+# here is bound later by PostgreSQL, Redis or an Airflow component, and in between neither the
+# other worker's deployments nor an outgoing connection (which takes an ephemeral port) may take it.
+PORT_BAND, PORT_BASE = 2000, 12000
+_handed_out: set[int] = set()
+
+
+def _band() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker[2:].isdigit() else 0
+    start = PORT_BASE + (index % 10) * PORT_BAND
+    return range(start, start + PORT_BAND)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before by this process, from its worker's band."""
+    import random
+
+    band = list(_band())
+    span = f"{band[0]}-{band[-1]}"
+    random.shuffle(band)  # two runs at once on the machine (two checkouts) rarely pick the same
+    for port in band:
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {span}")
 
 
 def pg_available() -> bool:
