@@ -22,22 +22,22 @@ import pytest
 DEPLOYED_HANG_GUARD_SECONDS = 1800
 
 # Seconds per deployment group (setup, calls and teardown; --durations of the deployed run on
-# 2 workers, 2026-12-05, docs/testing.md): only the order matters, the longest first. A group not
+# 2 workers, 2026-12-05, load 6-23, docs/testing.md): only the order matters, the longest first. A group not
 # listed goes after the listed ones, in collection order.
 GROUP_SECONDS = {
-    "test_deployed-celery": 700,
-    "test_deployed-local": 550,
-    "test_reaper-celery": 260,
-    "test_reaper-local": 200,
-    "test_security": 170,
-    "test_races": 110,
-    "test_budget-celery": 110,
-    "test_budget-local": 90,
-    "test_secret_variable-celery": 80,
-    "test_secret_variable-local": 60,
-    "test_stop": 60,
-    "test_ui_plugin": 60,
-    "test_secret_printed": 50,
+    "test_deployed-celery": 868,
+    "test_deployed-local": 845,
+    "test_security": 226,
+    "test_reaper-local": 212,
+    "test_reaper-celery": 201,
+    "test_races": 200,
+    "test_budget-celery": 199,
+    "test_budget-local": 171,
+    "test_ui_plugin": 140,
+    "test_stop": 122,
+    "test_secret_variable-celery": 115,
+    "test_secret_variable-local": 110,
+    "test_secret_printed": 81,
 }
 
 
