@@ -27,7 +27,8 @@ $(DOCS_STAMP): $(STAMP)
 
 # tests/suite.py: check runs every test that starts no Airflow deployment on 2 pytest-xdist workers
 # (the one to run after every change); test runs that, then the deployed tests (PostgreSQL, Redis,
-# Airflow's components as processes, both executors) in a second pytest: together the tests of
+# Airflow's components as processes, both executors) in a second pytest, also on 2 workers (one
+# deployment per worker at a time, tests/e2e/conftest.py): together the tests of
 # `pytest -m "not reliability"`. Exit code: the first failing run's. docs/testing.md: the timings.
 check: $(DOCS_STAMP)
 	$(BIN)/python tests/suite.py check $(PYTEST_ARGS)

@@ -3,15 +3,16 @@
 * ``check``: every test that starts no Airflow deployment (``not e2e``), on pytest-xdist workers:
   each worker has its own emulator, AIRFLOW_HOME and SQLite DB; ports are free ones.
 * ``test``: ``check``'s run, then the deployed one (``e2e``: PostgreSQL, Redis, Airflow's
-  components as processes) in one process, as before: the same tests as a single
-  ``pytest -m "not reliability"``.
+  components as processes), also on xdist workers: each deployment (a module-scoped fixture, one
+  per file and executor) is an ``xdist_group`` that runs on one worker (tests/e2e/conftest.py).
+  Together the same tests as a single ``pytest -m "not reliability"``.
 
 Exit code: the first run's that failed (pytest's: 1 failed tests, 2 interrupted, ...). The deployed
 run starts only if the first one ended (passed or failed tests), not if it was interrupted or broke.
 SIGTERM and SIGINT go to the running pytest's whole process group (xdist's workers too), which
 tears down what it started (tests/interrupt.py); this process then exits with that run's code.
 
-Usage: ``python tests/suite.py check|test [pytest args...]``; SUITE_WORKERS sets ``-n`` (2).
+Usage: ``python tests/suite.py check|test [pytest args...]``; SUITE_WORKERS sets ``-n`` of both runs (2).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 
 NOT_DEPLOYED = ["-m", "not e2e and not reliability", "--dist", "loadgroup"]
-DEPLOYED = ["-m", "e2e and not reliability"]
+DEPLOYED = ["-m", "e2e and not reliability", "--dist", "loadgroup"]
 # pytest's exit codes after which the next run still starts: 0 passed, 1 some tests failed
 CARRY_ON = {0, 1}
 NO_TESTS = 5  # pytest's "no tests collected": a failure, unless PYTEST_ARGS chose tests of one run only
@@ -31,7 +32,7 @@ NO_TESTS = 5  # pytest's "no tests collected": a failure, unless PYTEST_ARGS cho
 
 def runs(command: str, workers: str) -> list[list[str]]:
     parallel = ["-n", workers, *NOT_DEPLOYED]
-    return {"check": [parallel], "test": [parallel, DEPLOYED]}[command]
+    return {"check": [parallel], "test": [parallel, ["-n", workers, *DEPLOYED]]}[command]
 
 
 def run(args: list[str]) -> int:

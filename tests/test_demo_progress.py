@@ -40,3 +40,13 @@ def test_the_summary_names_every_dag_and_its_result():
     failing.ran("nightly_retraining", "succeeded")
     failing.ran("spot_training", "failed (log: .demo/airflow_home/spot_training.log)")
     assert failing.lines(60)[0].endswith("1 failed") and failing.lines(60)[2].startswith("  spot_training failed")
+
+
+def test_the_summary_keeps_its_order_when_the_dags_end_in_another():
+    """The demo runs two lanes of DAGs side by side: they end in no fixed order, the summary
+    lists them in the demo's own."""
+    summary = Summary(order=tuple(SEVEN))
+    for dag_id in reversed(SEVEN):
+        summary.ran(dag_id, "succeeded")
+    summary.ran("another_dag", "succeeded")
+    assert summary.lines(100)[1:] == [*(f"  {dag_id} succeeded" for dag_id in SEVEN), "  another_dag succeeded"]

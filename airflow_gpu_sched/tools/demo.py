@@ -3,10 +3,11 @@
 ``run_nightly_demo`` (the default): starts the emulator with scarce H100 capacity (FLEX_START
 GPUs free up 20 emulated minutes after the run starts), runs ``nightly_retraining`` (data prep
 -> FLEX_START training -> evaluation) with ``airflow dags test`` on a throwaway SQLite home in
-``.demo/``, then the SPOT, persistent-resource and tuned (tuning job -> training pipeline that
-registers a model) examples, then a hedged race (``race_training``: FLEX_START in two regions,
-SPOT in a third) and the same plan in sequence, showing the winner, the cancelled others and
-the time saved, and prints a summary per training task.
+``.demo/``, then a hedged race (``race_training``: FLEX_START in two regions, SPOT in a third)
+and the same plan in sequence, showing the winner, the cancelled others and the time saved; side
+by side with those (a second lane: they share no capacity), the SPOT, persistent-resource and
+tuned (tuning job -> training pipeline that registers a model) examples and the deploy DAG that
+reads the model's Asset event. It prints a summary per training task, in a fixed order.
 
 ``run_demo`` (``--strategies``): one job of each capacity strategy submitted with the client
 (FLEX_START waiting for H100s, a SPOT job preempted twice, a job queued behind another on a
@@ -131,6 +132,9 @@ def run_demo(speed: float = 120.0) -> int:
 
 
 NIGHTLY_SPEED = 120.0
+# the example DAGs the nightly demo runs, in the order its summary and table list them
+DEMO_DAGS = ("nightly_retraining", "spot_training", "persistent_resource_training", "nightly_retraining_tuned",
+             "nightly_deploy", "race_training", "race_training_sequential")
 POOL = {"displayName": "shared A100 pool", "resourcePools": [{"id": "a100s", "replicaCount": "1", "machineSpec": {
     "machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}}]}
 
@@ -190,75 +194,106 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         airflow = str(Path(sys.executable).parent / "airflow")
         print("setting up a throwaway Airflow home (SQLite) in", home, flush=True)
         subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+        # Two lanes side by side, each DAG of a lane after the one before it (issue 38: the seven
+        # one after the other took 200-250 s). What the lanes share is only the emulator, in parts
+        # they never touch both: lane 1 the H100 capacity (the nightly job's FLEX_START wait, then
+        # the race's regions, set per race DAG, so in sequence); lane 2 the A100s (SPOT, the
+        # persistent pool and its blocker, the tuning trials) and the model the deploy DAG reads
+        # from the tuned one's Asset event (so in sequence). Each lane has its own copy of the
+        # migrated SQLite database: two `airflow dags test` writing one SQLite file lock it.
+        lane_db = home / "airflow-lane2.db"
+        shutil.copyfile(home / "airflow.db", lane_db)
+        lane_env = {**env, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{lane_db}"}
         control = EmulatorControl(emulator.url, control_token=emulator.control_token)
         client = VertexClient(location=LOCATION, project=PROJECT, api_endpoint=emulator.url)
         started = time.monotonic()
-        summary = Summary()
+        summary = Summary(order=DEMO_DAGS)
+        printing = threading.Lock()
 
-        def dags_test(dag_id: str, story: str, when_queued=None) -> None:
+        def say(text: str) -> None:
+            """Print a block whole: the other lane's lines come before or after it, not inside."""
+            with printing:
+                print(text, flush=True)
+
+        def dags_test(dag_id: str, story: str, when_queued=None, dag_env: dict | None = None) -> None:
             """``when_queued()`` runs once, when a job of the DAG is first seen QUEUED."""
-            print(f"\nairflow dags test {dag_id}: {story}", flush=True)
+            say(f"\nairflow dags test {dag_id}: {story}")
             log_path = home / f"{dag_id}.log"
             progress = Progress(dag_id, started)
             with open(log_path, "w") as log:
-                process = subprocess.Popen([airflow, "dags", "test", dag_id], env=env, stdout=log,
+                process = subprocess.Popen([airflow, "dags", "test", dag_id], env=dag_env or env, stdout=log,
                                            stderr=subprocess.STDOUT)
                 while process.poll() is None:  # a line at least every 10 s while it waits
                     states = [j.state.value.removeprefix("JOB_STATE_")
                               for j in client.list_custom_jobs(filter=f'labels.airflow-dag="{dag_id}"')]
                     if line := progress.line(states, time.monotonic()):
-                        print(line, flush=True)
+                        say(line)
                     if when_queued is not None and "QUEUED" in states:
                         when_queued()
                         when_queued = None
                     time.sleep(0.3)
-            summary.ran(dag_id, "succeeded" if process.returncode == 0 else f"failed (log: {log_path})")
+            with printing:
+                summary.ran(dag_id, "succeeded" if process.returncode == 0 else f"failed (log: {log_path})")
             if process.returncode != 0:
-                print(log_path.read_text()[-4000:])
-                print("\n" + "\n".join(summary.lines(time.monotonic() - started)), flush=True)
+                say(log_path.read_text()[-4000:])
                 raise SystemExit(f"airflow dags test {dag_id} failed; full log: {log_path}")
 
-        # FLEX_START: no H100s for 40 emulated minutes (20 s) after the job queued, then 8 free at
-        # once. Counted from the queueing, not from here: on a loaded machine Airflow's start and
-        # the data prep took longer than the 20 s, the job found its GPUs free and never queued.
-        dags_test("nightly_retraining", "data prep -> FLEX_START training (waits for 8 H100s) -> evaluation",
-                  when_queued=lambda: control.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=8,
-                                                           at_seconds=2400))
+        def h100_lane() -> int:
+            # FLEX_START: no H100s for 40 emulated minutes (20 s) after the job queued, then 8 free at
+            # once. Counted from the queueing, not from here: on a loaded machine Airflow's start and
+            # the data prep took longer than the 20 s, the job found its GPUs free and never queued.
+            dags_test("nightly_retraining", "data prep -> FLEX_START training (waits for 8 H100s) -> evaluation",
+                      when_queued=lambda: control.set_capacity(LOCATION, "NVIDIA_H100_80GB", flex_start=8,
+                                                               at_seconds=2400))
+            return _race_demo(control, emulator.url, dags_test, say)
 
-        stop: list = []
-        preempter = threading.Thread(target=_preempt_spot_past_the_restarts, args=(control, client, stop),
-                                     daemon=True)
-        preempter.start()
-        dags_test("spot_training", "SPOT preempted past the service's 6 restarts, resubmitted, resumes "
-                                   "from its checkpoint")
-        stop.append(True)
+        def a100_lane() -> int:
+            stop: list = []
+            preempter = threading.Thread(target=_preempt_spot_past_the_restarts, args=(control, client, stop),
+                                         daemon=True)
+            preempter.start()
+            dags_test("spot_training", "SPOT preempted past the service's 6 restarts, resubmitted, resumes "
+                                       "from its checkpoint", dag_env=lane_env)
+            stop.append(True)
 
-        blocker = client.create_custom_job({"displayName": "someone-elses-job", "jobSpec": {
-            "persistentResourceId": "a100-pool", "workerPoolSpecs": [{
-                "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
-                                "acceleratorCount": 1}, "replicaCount": "1",
-                "containerSpec": {"imageUri": "x", "command": ["python", "-c", "import time; time.sleep(25)"]}}]}})
-        dags_test("persistent_resource_training", f"the pool's only replica is busy ({blocker.display_name}), "
-                                                  "then frees")
-        dags_test("nightly_retraining_tuned", "a tuning job (4 FLEX_START trials on A100s, 2 at a time) -> a "
-                                              "training pipeline with the best parameters registers the model")
-        models = list(client.list_models())  # every page (a page may be empty and carry a token)
-        for model in models:
-            print(f"  registered model {model.display_name}: {model.name} version {model.version_id}", flush=True)
-        if not models:
-            print("the tuned example registered no model")
-            return 1
-        # scheduled on the model Asset: `airflow dags test` does not start it on the event, so it runs
-        # next and reads the Asset's latest event (inlet_events), the one the tuned pipeline emitted
-        dags_test("nightly_deploy", "scheduled on the model Asset: reads the new version's event, checks it")
-        deployed = [line.split("from the Asset's latest event: ", 1)[1] for line in
-                    (home / "nightly_deploy.log").read_text().splitlines() if "from the Asset's latest event: " in line]
-        if not deployed:
-            print("nightly_deploy read no model event")
-            return 1
-        print(f"  nightly_deploy read the model event: {deployed[-1]}", flush=True)
+            blocker = client.create_custom_job({"displayName": "someone-elses-job", "jobSpec": {
+                "persistentResourceId": "a100-pool", "workerPoolSpecs": [{
+                    "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
+                                    "acceleratorCount": 1}, "replicaCount": "1",
+                    "containerSpec": {"imageUri": "x",
+                                      "command": ["python", "-c", "import time; time.sleep(25)"]}}]}})
+            dags_test("persistent_resource_training", f"the pool's only replica is busy ({blocker.display_name}), "
+                                                      "then frees", dag_env=lane_env)
+            dags_test("nightly_retraining_tuned", "a tuning job (4 FLEX_START trials on A100s, 2 at a time) -> a "
+                                                  "training pipeline with the best parameters registers the model",
+                      dag_env=lane_env)
+            models = list(client.list_models())  # every page (a page may be empty and carry a token)
+            say("\n".join(f"  registered model {model.display_name}: {model.name} version {model.version_id}"
+                          for model in models) or "the tuned example registered no model")
+            if not models:
+                return 1
+            # scheduled on the model Asset: `airflow dags test` does not start it on the event, so it runs
+            # next and reads the Asset's latest event (inlet_events), the one the tuned pipeline emitted
+            dags_test("nightly_deploy", "scheduled on the model Asset: reads the new version's event, checks it",
+                      dag_env=lane_env)
+            deployed = [line.split("from the Asset's latest event: ", 1)[1] for line in
+                        (home / "nightly_deploy.log").read_text().splitlines()
+                        if "from the Asset's latest event: " in line]
+            if not deployed:
+                say("nightly_deploy read no model event")
+                return 1
+            say(f"  nightly_deploy read the model event: {deployed[-1]}")
+            return 0
 
-        if _race_demo(control, emulator.url, dags_test) != 0:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="demo-lane") as lanes:
+            running = [lanes.submit(h100_lane), lanes.submit(a100_lane)]
+            errors = [lane.exception() for lane in running]  # waits for both
+        if any(errors):
+            print("\n" + "\n".join(summary.lines(time.monotonic() - started)), flush=True)
+            raise next(error for error in errors if error is not None)
+        if any(lane.result() != 0 for lane in running):
             return 1
 
         jobs = list(client.list_custom_jobs(filter='labels.managed-by="airflow-gpu-sched"'))
@@ -267,6 +302,9 @@ def run_nightly_demo(speed: float = NIGHTLY_SPEED, workdir: str = ".demo") -> in
         tasks = dict.fromkeys(((j.labels or {}).get("airflow-dag", ""), (j.labels or {}).get("airflow-task", ""))
                               for j in reversed(jobs)  # oldest first; a tuning task's jobs are its trials
                               if not (j.labels or {}).get("airflow-dag", "").startswith("race_training"))  # above
+        # the DAGs in the demo's order (the lanes ran side by side), a DAG's tasks oldest first
+        tasks = dict.fromkeys(sorted(tasks, key=lambda task: DEMO_DAGS.index(task[0]) if task[0] in DEMO_DAGS
+                                     else len(DEMO_DAGS)))
         for dag_id, task_id in tasks:
             mine = [j for j in jobs if (j.labels or {}).get("airflow-dag") == dag_id
                     and (j.labels or {}).get("airflow-task") == task_id]
@@ -331,7 +369,7 @@ def _race_capacity(control: EmulatorControl, clients: list, dag_id: str) -> None
     threading.Thread(target=free_spot_after_the_first_job, daemon=True).start()
 
 
-def _race_demo(control: EmulatorControl, url: str, dags_test) -> int:
+def _race_demo(control: EmulatorControl, url: str, dags_test, say=print) -> int:
     """The race example and the same plan in sequence, each under the same scarce capacity:
     the winner, the cancelled others, and the time to GPUs of each."""
     clients = [VertexClient(location=region, project=PROJECT, api_endpoint=url) for region in RACE_REGIONS]
@@ -344,24 +382,26 @@ def _race_demo(control: EmulatorControl, url: str, dags_test) -> int:
         jobs = sorted((j for c in clients for j in c.list_custom_jobs(filter=f'labels.airflow-dag="{dag_id}"')),
                       key=lambda j: j.create_time)
         if not jobs:
-            print(f"{dag_id} made no job")
+            say(f"{dag_id} made no job")
             return 1
         first = jobs[0].create_time
+        block = []  # said whole: the other lane's lines come before or after it
         for job in jobs:
             region, state = job.name.split("/")[3], job.state.value.removeprefix("JOB_STATE_")
             running = _first_running(control.history(job.name))  # never startTime: set at admission
             got = f", RUNNING after {(running - first).total_seconds() / 60:.1f} min" if running else ""
             role = "won" if state == "SUCCEEDED" else "cancelled" if state == "CANCELLED" else state.lower()
-            print(f"  {job.job_spec.strategy.value:10} {region:12} {state:10} ({role}{got})", flush=True)
+            block.append(f"  {dag_id}: {job.job_spec.strategy.value:10} {region:12} {state:10} ({role}{got})")
+        say("\n".join(block))
         winner = next((j for j in jobs if j.state.value == "JOB_STATE_SUCCEEDED"), None)
         winner_running = _first_running(control.history(winner.name)) if winner is not None else None
         if winner is None or winner_running is None:
-            print(f"{dag_id}: no job succeeded")
+            say(f"{dag_id}: no job succeeded")
             return 1
         to_gpus[dag_id] = (winner_running - first).total_seconds() / 60
     race, sequential = to_gpus["race_training"], to_gpus["race_training_sequential"]
-    print(f"\n  time to GPUs: race {race:.1f} min, in sequence {sequential:.1f} min: the race saved "
-          f"{sequential - race:.1f} emulated minutes ({sequential / max(race, 1e-9):.1f}x sooner)", flush=True)
+    say(f"\n  time to GPUs: race {race:.1f} min, in sequence {sequential:.1f} min: the race saved "
+          f"{sequential - race:.1f} emulated minutes ({sequential / max(race, 1e-9):.1f}x sooner)")
     return 0
 
 

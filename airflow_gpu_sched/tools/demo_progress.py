@@ -45,12 +45,16 @@ class Progress:
 
 @dataclass
 class Summary:
-    """Every DAG the demo ran and how it ended, in order."""
+    """Every DAG the demo ran and how it ended: in ``order`` (the demo runs some side by side, so
+    they end in no fixed order), then any other in the order they ended."""
 
     results: list[tuple[str, str]] = field(default_factory=list)
+    order: tuple[str, ...] = ()
 
     def ran(self, dag_id: str, result: str) -> None:
         self.results.append((dag_id, result))
+        rank = {dag: i for i, dag in enumerate(self.order)}
+        self.results.sort(key=lambda ended: rank.get(ended[0], len(rank)))  # stable: the rest as they ended
 
     def lines(self, seconds: float) -> list[str]:
         failed = [dag for dag, result in self.results if result != "succeeded"]

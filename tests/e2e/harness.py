@@ -67,10 +67,39 @@ def stop_left_running() -> None:
             print(f"stop_left_running: {error!r}", file=sys.stderr)
 
 
+# Ports handed out, each from a band of its own per pytest-xdist worker (gw0, gw1, ...; a run
+# without xdist the first) and below Linux's ephemeral range (32768-60999): a port checked free
+# here is bound later by PostgreSQL, Redis or an Airflow component, and in between neither the
+# other worker's deployments nor an outgoing connection (which takes an ephemeral port) may take it.
+PORT_BAND, PORT_BASE = 2000, 12000
+_handed_out: set[int] = set()
+
+
+def _band() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker[2:].isdigit() else 0
+    start = PORT_BASE + (index % 10) * PORT_BAND
+    return range(start, start + PORT_BAND)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before by this process, from its worker's band."""
+    import random
+
+    band = list(_band())
+    span = f"{band[0]}-{band[-1]}"
+    random.shuffle(band)  # two runs at once on the machine (two checkouts) rarely pick the same
+    for port in band:
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {span}")
 
 
 def pg_available() -> bool:
@@ -168,6 +197,64 @@ class PostgresCluster:
         self._run("pg_ctlcluster", self.version, self.name, "stop", "-m", "fast")
         time.sleep(down_seconds)
         self._run("pg_ctlcluster", self.version, self.name, "start")
+
+
+# The schema and rows `airflow db migrate` left in the first deployment's database (a pg_dump
+# custom-format file in a directory of this process), restored into every later deployment's.
+_MIGRATED: dict[str, Path] = {}
+
+
+def _pg_args(db_url: str) -> list[str] | None:
+    """``pg_dump``/``pg_restore`` connection options of a ``postgresql+psycopg2://user@host:port/db``."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(db_url)
+    if not url.scheme.startswith("postgresql") or not url.port or not _pg_versions():
+        return None
+    return ["-h", url.hostname or "127.0.0.1", "-p", str(url.port), "-U", url.username or "postgres",
+            "-d", url.path.lstrip("/")]
+
+
+def _pg_tool(name: str) -> str:
+    return str(Path("/usr/lib/postgresql") / _pg_versions()[-1] / "bin" / name)  # the clusters' version
+
+
+def _airflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("apache-airflow")
+
+
+def _keep_migrated(db_url: str, log_path: Path) -> None:
+    args = _pg_args(db_url)
+    key = _airflow_version()
+    if args is None or key in _MIGRATED:
+        return
+    import tempfile
+
+    dump = Path(tempfile.mkdtemp(prefix="e2e-migrated-")) / "airflow.dump"
+    with open(log_path, "ab") as log:
+        proc = subprocess.run([_pg_tool("pg_dump"), "-Fc", "-f", str(dump), *args], stdout=log,
+                              stderr=subprocess.STDOUT, timeout=120)
+    if proc.returncode == 0:
+        _MIGRATED[key] = dump
+        atexit.register(shutil.rmtree, dump.parent, True)
+
+
+def _restore_migrated(db_url: str, log_path: Path) -> bool:
+    """Restore the kept migrated database into ``db_url``'s (empty) one; False: migrate instead."""
+    args = _pg_args(db_url)
+    dump = _MIGRATED.get(_airflow_version())
+    if args is None or dump is None:
+        return False
+    with open(log_path, "ab") as log:
+        log.write(f"restoring the migrated database of {dump} (airflow db migrate ran once)\n".encode())
+        log.flush()
+        proc = subprocess.run([_pg_tool("pg_restore"), "--no-owner", "--exit-on-error", *args, str(dump)],
+                              stdout=log, stderr=subprocess.STDOUT, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pg_restore of the migrated database failed:\n{log_path.read_text()[-5000:]}")
+    return True
 
 
 def _descendants(pid: int) -> list[int]:
@@ -286,12 +373,18 @@ class AirflowDeployment:
         return [str(VENV_BIN / "airflow"), *args]
 
     def migrate(self) -> None:
+        """``airflow db migrate`` once per process (4-23 s), a copy of its result after that: the
+        first migrated database is dumped (``pg_dump``), every later deployment's empty one is
+        restored from the dump (about 1 s). Only on PostgreSQL, and only for the same Airflow."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if _restore_migrated(self.db_url, self.log_dir / "db-migrate.log"):
+            return
         with open(self.log_dir / "db-migrate.log", "ab") as log:
             proc = subprocess.run(self._airflow("db", "migrate"), env=self.env, cwd=self.home,
                                   stdout=log, stderr=subprocess.STDOUT, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{(self.log_dir / 'db-migrate.log').read_text()[-5000:]}")
+        _keep_migrated(self.db_url, self.log_dir / "db-migrate.log")
 
     def start(self, component: str) -> None:
         """Start a component; ``"triggerer#2"`` starts a second triggerer (its own log port)."""
