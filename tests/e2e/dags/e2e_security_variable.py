@@ -19,6 +19,8 @@ with DAG(dag_id="e2e_security_variable", schedule=None, start_date=datetime(2026
     FlexStartTrainingOperator(task_id="train", display_name="e2e-variable", env=SECRET_ENV, args=SECRET_ARGS,
                               transient_error_window=10, **E2E_TRAINING)
     pool = {k: v for k, v in E2E_TRAINING.items() if k != "max_wait_duration"}
+    # capacity_wait_timeout counts the service's time (one clock): 24 h at the emulator's 100x is 864 real s,
+    # the old 30 real minutes' margin for the test's checks while it waits
     PersistentResourceTrainingOperator(task_id="on_pool", display_name="e2e-variable-pool",
-                                       persistent_resource_id="secret-pool", capacity_wait_timeout="30m",
+                                       persistent_resource_id="secret-pool", capacity_wait_timeout="24h",
                                        env=SECRET_ENV, args=SECRET_ARGS, transient_error_window=10, **pool)
