@@ -239,8 +239,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the job's event: the loop goes on from there."""
-        self.execution_deadline = running.execution_deadline(self, context)
-        vertex_calls.hear_service(self)
+        self.execution_deadline = vertex_calls.resumed(self, context)
         links.start_try(self, resumed_with_job=True)
         with run.vertex_reachable():
             return self._returned(run.run(self, context, self._ledger_of(context),
@@ -248,8 +247,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def execute_race(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with a race's event (operators/race.py)."""
-        self.execution_deadline = running.execution_deadline(self, context)
-        vertex_calls.hear_service(self)
+        self.execution_deadline = vertex_calls.resumed(self, context)
         from airflow_gpu_sched.operators import race
 
         links.start_try(self, resumed_with_job=True)
@@ -259,8 +257,7 @@ class VertexTrainingOperator(BaseOperator):
 
     def execute_capacity(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the triggerer with the persistent resource's event."""
-        self.execution_deadline = running.execution_deadline(self, context)
-        vertex_calls.hear_service(self)
+        self.execution_deadline = vertex_calls.resumed(self, context)
         links.start_try(self)  # the pool's wait comes before the job: no links yet
         with run.vertex_reachable():
             return self._returned(run.run(self, context, self._ledger_of(context), events.capacity_event(event)))

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS
+from airflow_gpu_sched.operators.running import AMBIGUOUS_CREATE_ATTEMPTS, execution_deadline
 from airflow_gpu_sched.orchestration.ledger import SUBMISSION_LABEL
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from airflow_gpu_sched.orchestration import plan_engine as engine
     from airflow_gpu_sched.orchestration.plans import Step
     from airflow_gpu_sched.vertex.models import CustomJob
@@ -150,6 +152,13 @@ def failed_job_texts(op: Any, job_name: str, job_error: str | None) -> tuple[str
 
 
 HEAR_SECONDS = 5.0  # the clock read's own retry budget: a service that does not answer leaves the wall clock
+
+
+def resumed(op: Any, context: Any) -> datetime | None:
+    """A resume from the triggerer starts as a new try does: the service's time heard once in this
+    process, and the try's execution deadline (Airflow's wall clock) returned."""
+    hear_service(op)
+    return execution_deadline(op, context)
 
 
 def hear_service(op: Any) -> None:
